@@ -1,0 +1,40 @@
+# The two commands a new user needs (see README.md):
+#   make demo   set up everything and run the bursting demo
+#   make test   set up everything and run lint, type checks and the whole test suite
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PYTEST_ARGS ?=
+
+.PHONY: setup debs demo test test-unit lint bench clean
+
+setup: $(VENV)/.installed
+
+debs:
+	bash .ci/install-debs
+
+$(VENV)/.installed: pyproject.toml .ci/install-debs
+	bash .ci/install-debs
+	python3 -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[all,test]'
+	touch $@
+
+lint: setup
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+test: lint
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+test-unit: setup
+	$(VENV)/bin/pytest -m unit -q
+
+demo: setup
+	$(PY) -m clustermgr.demo
+
+bench: setup
+	$(PY) bench/bench_cli.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,3 @@
+from clustermgr.cli.main import main
+
+main()

@@ -1,0 +1,85 @@
+"""Instance-type facts cached in the database, with hourly prices from the config.
+
+The budget policy and the simulator read prices and billing rules from here, so a cycle
+never asks a cloud API what an instance type is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from clustermgr.config import ProviderSettings, Settings
+from clustermgr.db.models import InstanceTypeRow
+from clustermgr.providers.base import InstanceType
+
+
+@dataclass(frozen=True)
+class Price:
+    on_demand: float | None
+    spot: float | None
+
+
+def configured_prices(settings: Settings, provider: str) -> dict[str, Price]:
+    """Hourly prices per instance type from the templates of one provider."""
+    prices: dict[str, Price] = {}
+    for template in settings.templates:
+        if template.provider != provider:
+            continue
+        for itype, price in template.prices.items():
+            prices[itype] = Price(price.on_demand, price.spot)
+    return prices
+
+
+def store_catalog(
+    session: Session, settings: Settings, provider: str, types: Sequence[InstanceType]
+) -> int:
+    """Replace one provider's cached catalog; returns the number of types stored."""
+    now = datetime.now(UTC)
+    prices = configured_prices(settings, provider)
+    session.execute(delete(InstanceTypeRow).where(InstanceTypeRow.provider == provider))
+    for itype in types:
+        price = prices.get(itype.name, Price(None, None))
+        session.add(
+            InstanceTypeRow(
+                provider=provider,
+                name=itype.name,
+                vcpus=itype.vcpus,
+                memory_mb=itype.memory_mb,
+                gpu_model=itype.gpu_model,
+                gpu_count=itype.gpu_count,
+                gpu_memory_mb=itype.gpu_memory_mb,
+                architecture=itype.architecture,
+                price_on_demand=price.on_demand,
+                price_spot=price.spot,
+                updated_at=now,
+            )
+        )
+    return len(types)
+
+
+def cached_catalog(
+    session: Session, provider: str | None = None, min_gpus: int | None = None
+) -> list[InstanceTypeRow]:
+    query = select(InstanceTypeRow).order_by(InstanceTypeRow.provider, InstanceTypeRow.name)
+    if provider:
+        query = query.where(InstanceTypeRow.provider == provider)
+    if min_gpus is not None:
+        query = query.where(InstanceTypeRow.gpu_count >= min_gpus)
+    return list(session.scalars(query))
+
+
+def billed_seconds(provider: ProviderSettings, run_seconds: float) -> float:
+    """Seconds charged for a run: rounded up to the billing increment, at least the minimum."""
+    increment, minimum = provider.billing
+    charged = math.ceil(max(run_seconds, 0.0) / increment) * increment
+    return float(max(charged, minimum))
+
+
+def cost(provider: ProviderSettings, hourly_price: float, run_seconds: float) -> float:
+    return hourly_price * billed_seconds(provider, run_seconds) / 3600.0

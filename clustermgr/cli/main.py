@@ -1,0 +1,92 @@
+"""`clustermgr`: the admin CLI. Subcommands load lazily so `--version` stays fast."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import sys
+import traceback
+from typing import Any
+
+import click
+
+from clustermgr import __version__
+from clustermgr.cli.context import AppContext
+from clustermgr.errors import ClusterMgrError
+
+SUBCOMMANDS = {
+    "catalog": "clustermgr.cli.providers_cmd:catalog",
+    "completion": "clustermgr.cli.completion_cmd:completion",
+    "config": "clustermgr.cli.config_cmd:config",
+    "db": "clustermgr.cli.db_cmd:db",
+    "events": "clustermgr.cli.nodes_cmd:events",
+    "nodes": "clustermgr.cli.nodes_cmd:nodes",
+    "providers": "clustermgr.cli.providers_cmd:providers",
+    "templates": "clustermgr.cli.providers_cmd:templates",
+}
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported only when they run (or are listed)."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str], **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.lazy = lazy
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy:
+            module_name, _, attr = self.lazy[cmd_name].partition(":")
+            command: click.Command = getattr(importlib.import_module(module_name), attr)
+            return command
+        return super().get_command(ctx, cmd_name)
+
+
+@click.group(
+    cls=LazyGroup, lazy=SUBCOMMANDS, context_settings={"help_option_names": ["-h", "--help"]}
+)
+@click.version_option(__version__, "--version", prog_name="clustermgr")
+@click.option(
+    "--config",
+    "config_path",
+    envvar="CLUSTERMGR_CONFIG",
+    help="Config file [default: /etc/clustermgr/clustermgr.toml; env CLUSTERMGR_CONFIG].",
+)
+@click.option("--db", "db_url", help="Database URL (overrides [database].url; env CLUSTERMGR_DB).")
+@click.option("--debug", is_flag=True, help="Show tracebacks and debug logging.")
+@click.pass_context
+def cli(ctx: click.Context, config_path: str | None, db_url: str | None, debug: bool) -> None:
+    """Manage a Slurm cluster that bursts into AWS, Azure and OpenStack."""
+    logging.basicConfig(
+        level=logging.DEBUG if debug else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    ctx.obj = AppContext(config_path=config_path, db_url=db_url, debug=debug)
+    ctx.call_on_close(ctx.obj.close)
+
+
+def main(argv: list[str] | None = None) -> None:
+    debug = "--debug" in (argv if argv is not None else sys.argv[1:])
+    try:
+        cli.main(args=argv, prog_name="clustermgr", standalone_mode=False)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(exc.exit_code)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(1)
+    except ClusterMgrError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"clustermgr: error: {exc}", err=True)
+        sys.exit(exc.exit_code)
+    except BrokenPipeError:
+        sys.exit(1)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    sys.exit(0)

@@ -1,0 +1,231 @@
+"""`clustermgr nodes sync|list|show|history` and `clustermgr events`."""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import click
+
+from clustermgr.cli.context import AppContext
+from clustermgr.cli.output import emit, emit_json, emit_table
+from clustermgr.errors import NotFoundError, UsageError
+from clustermgr.lifecycle import NodeState
+
+NODE_KEYS = (
+    "name",
+    "kind",
+    "state",
+    "template",
+    "provider",
+    "region",
+    "partitions",
+    "instance_id",
+    "instance_type",
+    "market",
+    "private_address",
+    "cpus",
+    "memory_mb",
+    "gpus",
+    "gpu_model",
+    "slurm_state",
+    "state_reason",
+    "state_since",
+    "launched_at",
+    "updated_at",
+)
+TABLE_COLUMNS = (
+    "name",
+    "kind",
+    "state",
+    "template",
+    "provider",
+    "instance_id",
+    "gpus",
+    "state_reason",
+)
+EVENT_KEYS = ("at", "node", "old_state", "new_state", "reason", "actor")
+
+
+@click.group()
+def nodes() -> None:
+    """On-prem and cloud nodes known to clustermgr."""
+
+
+@nodes.command()
+@click.option("--no-slurm", is_flag=True, help="Only register the templates' cloud slots.")
+@click.pass_obj
+def sync(app: AppContext, no_slurm: bool) -> None:
+    """Register on-prem nodes from Slurm and every cloud slot from the templates."""
+    from clustermgr.inventory import sync_nodes
+    from clustermgr.workload.slurm import SlurmCli
+
+    settings = app.settings()
+    database = app.database()
+    slurm_nodes = None
+    if not no_slurm:
+        slurm = SlurmCli(settings.slurm.bin_dir, settings.slurm.command_timeout_s)
+        slurm_nodes = slurm.nodes()  # read before the transaction: no half-written sync
+    with database.session() as session:
+        report = sync_nodes(session, settings, slurm_nodes)
+    click.echo(
+        f"nodes sync: {len(report.added)} added, {len(report.restored)} restored, "
+        f"{len(report.updated)} updated, {len(report.retired)} retired"
+    )
+    if report.still_active:
+        click.echo(
+            f"kept (still hold an instance; retired once powered down): "
+            f"{_hostlist(report.still_active)}"
+        )
+    if report.unmanaged_cloud:
+        click.echo(
+            f"warning: Slurm CLOUD nodes in no template (not managed): "
+            f"{_hostlist(report.unmanaged_cloud)}",
+            err=True,
+        )
+
+
+def _hostlist(names: list[str]) -> str:
+    from clustermgr.hostlists import compress
+
+    return compress(names)
+
+
+@nodes.command("list")
+@click.option("--state", type=click.Choice([s.value for s in NodeState], case_sensitive=False))
+@click.option("--template", help="Only nodes of this template.")
+@click.option("--provider", help="Only nodes of this provider.")
+@click.option("--kind", type=click.Choice(["onprem", "cloud"]))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def list_nodes(
+    app: AppContext,
+    state: str | None,
+    template: str | None,
+    provider: str | None,
+    kind: str | None,
+    as_json: bool,
+) -> None:
+    """List nodes, optionally filtered."""
+    from sqlalchemy import select
+
+    from clustermgr.db.models import Node
+
+    columns = [getattr(Node, key) for key in NODE_KEYS]
+    query = select(*columns).order_by(Node.name)
+    if state:
+        query = query.where(Node.state == state.upper())
+    if template:
+        query = query.where(Node.template == template)
+    if provider:
+        query = query.where(Node.provider == provider)
+    if kind:
+        query = query.where(Node.kind == kind)
+    with app.database().session() as session:
+        rows = [dict(zip(NODE_KEYS, row, strict=True)) for row in session.execute(query)]
+    emit(rows, TABLE_COLUMNS, as_json, "Nodes")
+
+
+def _load_node(session: Any, name: str) -> Any:
+    from sqlalchemy import select
+
+    from clustermgr.db.models import Node
+
+    node = session.scalars(select(Node).where(Node.name == name)).first()
+    if node is None:
+        raise NotFoundError(f"no node named {name!r} (see `clustermgr nodes list`)")
+    return node
+
+
+@nodes.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def show(app: AppContext, name: str, as_json: bool) -> None:
+    """Everything clustermgr knows about one node."""
+    with app.database().session() as session:
+        node = _load_node(session, name)
+        row = {key: getattr(node, key) for key in NODE_KEYS}
+        row["version"] = node.version
+    if as_json:
+        emit_json(row)
+        return
+    width = max(len(key) for key in row)
+    for key, value in row.items():
+        shown = value.isoformat() if isinstance(value, datetime) else value
+        click.echo(f"{key:<{width}}  {'-' if shown in (None, '') else shown}")
+
+
+@nodes.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def history(app: AppContext, name: str, as_json: bool) -> None:
+    """Every state transition of one node, oldest first."""
+    with app.database().session() as session:
+        node = _load_node(session, name)
+        rows = [_event_row(node.name, event) for event in node.events]
+    emit(rows, EVENT_KEYS, as_json, f"History of {name}")
+
+
+def _event_row(node: str, event: Any) -> dict[str, Any]:
+    return {
+        "at": event.at,
+        "node": node,
+        "old_state": event.old_state,
+        "new_state": event.new_state,
+        "reason": event.reason,
+        "actor": event.actor,
+    }
+
+
+_DURATION = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[smhdw])$")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_since(text: str, now: datetime) -> datetime:
+    """'90s', '15m', '2h', '7d', '1w', or an ISO-8601 time."""
+    found = _DURATION.match(text.strip())
+    if found:
+        return now - timedelta(seconds=float(found["n"]) * _UNITS[found["unit"]])
+    try:
+        stamp = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(
+            f"--since {text!r}: expected a duration like 15m, 2h, 7d or an ISO time"
+        ) from None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
+
+
+@click.command()
+@click.option(
+    "--since", default="1d", show_default=True, help="Duration (15m, 2h, 7d) or ISO time."
+)
+@click.option("--node", help="Only events of this node.")
+@click.option("--limit", default=1000, show_default=True, type=click.IntRange(1))
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def events(app: AppContext, since: str, node: str | None, limit: int, as_json: bool) -> None:
+    """Recent node state transitions across the cluster, oldest first."""
+    from sqlalchemy import select
+
+    from clustermgr.db.models import Node, NodeEvent
+
+    start = parse_since(since, datetime.now(UTC))
+    query = (
+        select(NodeEvent, Node.name)
+        .join(Node)
+        .where(NodeEvent.at >= start)
+        .order_by(NodeEvent.at.desc(), NodeEvent.id.desc())
+        .limit(limit)
+    )
+    if node:
+        query = query.where(Node.name == node)
+    with app.database().session() as session:
+        rows = [_event_row(name, event) for event, name in session.execute(query)]
+    rows.reverse()
+    if as_json:
+        emit_json(rows)
+    else:
+        emit_table(rows, EVENT_KEYS, "Events")

@@ -1,0 +1,60 @@
+"""Tables for people, JSON for scripts: every listing command offers both."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+
+def _default(value: Any) -> Any:
+    if isinstance(value, datetime):
+        return value.isoformat()
+    return str(value)
+
+
+def emit_json(rows: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> None:
+    """Indented for a terminal; compact (and C-encoded, so fast) when piped."""
+    indent = 2 if sys.stdout.isatty() else None
+    payload = dict(rows) if isinstance(rows, Mapping) else [dict(row) for row in rows]
+    sys.stdout.write(json.dumps(payload, indent=indent, default=_default))
+    sys.stdout.write("\n")
+
+
+def emit_table(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], title: str | None = None
+) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=title, show_edge=False, header_style="bold")
+    for column in columns:
+        table.add_column(column.upper().replace("_", " "), overflow="fold")
+    for row in rows:
+        table.add_row(*(_cell(row.get(column)) for column in columns))
+    console = Console(soft_wrap=False, width=max(120, Console().width))
+    if rows:
+        console.print(table)
+    else:
+        console.print(f"no {title.lower() if title else 'rows'}")
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, datetime):
+        return value.strftime("%Y-%m-%d %H:%M:%S")
+    if isinstance(value, list | tuple):
+        return ",".join(str(v) for v in value)
+    return str(value)
+
+
+def emit(
+    rows: Sequence[Mapping[str, Any]], columns: Sequence[str], as_json: bool, title: str
+) -> None:
+    if as_json:
+        emit_json(rows)
+    else:
+        emit_table(rows, columns, title)

@@ -1,0 +1,156 @@
+"""`clustermgr providers list|check|instances`, `templates list`, `catalog`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import click
+
+from clustermgr.cli.context import AppContext
+from clustermgr.cli.output import emit
+
+
+@click.group()
+def providers() -> None:
+    """Cloud providers from the configuration."""
+
+
+@providers.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def list_providers(app: AppContext, as_json: bool) -> None:
+    """Configured providers (credentials are shown by source, never by value)."""
+    settings = app.settings()
+    rows = [
+        {
+            "name": p.name,
+            "type": p.type,
+            "region": p.region,
+            "credentials": p.credentials.source,
+            "endpoint_url": p.endpoint_url,
+            "templates": [t.name for t in settings.templates if t.provider == p.name],
+        }
+        for p in settings.providers
+    ]
+    emit(rows, ("name", "type", "region", "credentials", "templates"), as_json, "Providers")
+
+
+@providers.command()
+@click.argument("name")
+@click.pass_obj
+def check(app: AppContext, name: str) -> None:
+    """Check credentials and reachability: one line per check; exit 1 if any fails."""
+    from clustermgr.providers.registry import make_provider
+
+    settings = app.settings()
+    provider = make_provider(settings.provider(name), settings.cluster.name)
+    results = provider.check()
+    for result in results:
+        click.echo(f"{'OK  ' if result.ok else 'FAIL'} {name}: {result.name}: {result.detail}")
+    if not all(result.ok for result in results):
+        raise SystemExit(1)
+
+
+@providers.command()
+@click.argument("name")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def instances(app: AppContext, name: str, as_json: bool) -> None:
+    """What the cloud says is ours (tagged with this cluster's name)."""
+    from clustermgr.providers.registry import make_provider
+
+    settings = app.settings()
+    provider = make_provider(settings.provider(name), settings.cluster.name)
+    rows: list[dict[str, Any]] = [
+        {
+            "instance_id": inst.instance_id,
+            "node": inst.node_name,
+            "state": inst.state.value,
+            "instance_type": inst.instance_type,
+            "zone": inst.zone,
+            "lifecycle": inst.lifecycle,
+            "private_address": inst.private_address,
+            "launch_time": inst.launch_time,
+            "template": inst.template,
+            "request_id": inst.request_id,
+        }
+        for inst in sorted(provider.list_instances().values(), key=lambda i: i.instance_id)
+    ]
+    columns = ("instance_id", "node", "state", "instance_type", "private_address", "template")
+    emit(rows, columns, as_json, f"Instances of {name}")
+
+
+@click.group()
+def templates() -> None:
+    """Node templates (categories of cloud nodes) from the configuration."""
+
+
+@templates.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def list_templates(app: AppContext, as_json: bool) -> None:
+    """Configured templates."""
+    settings = app.settings()
+    rows = [
+        {
+            "name": t.name,
+            "provider": t.provider,
+            "region": settings.provider(t.provider).region,
+            "partition": t.partition,
+            "nodes": t.nodes,
+            "max_nodes": t.node_limit,
+            "instance_types": list(t.instance_types),
+            "cpus": t.cpus,
+            "memory_mb": t.memory_mb,
+            "gpu_model": t.gpu_model,
+            "gpus": t.gpus,
+            "market": t.market,
+            "demand_mode": t.demand_mode,
+        }
+        for t in settings.templates
+    ]
+    columns = ("name", "provider", "partition", "nodes", "instance_types", "gpus", "market")
+    emit(rows, columns, as_json, "Templates")
+
+
+@click.command()
+@click.option("--provider", "provider_name", help="Only this provider.")
+@click.option("--gpus", type=click.IntRange(0), help="Only types with at least this many GPUs.")
+@click.option("--refresh", is_flag=True, help="Ask the cloud again instead of the cache.")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def catalog(
+    app: AppContext, provider_name: str | None, gpus: int | None, refresh: bool, as_json: bool
+) -> None:
+    """Instance types (vCPUs, memory, GPUs, hourly prices), cached in the database."""
+    from clustermgr.catalog import cached_catalog, store_catalog
+    from clustermgr.providers.registry import make_provider
+
+    settings = app.settings()
+    database = app.database()
+    wanted = [settings.provider(provider_name)] if provider_name else list(settings.providers)
+    with database.session() as session:
+        cached = {row.provider for row in cached_catalog(session, provider_name)}
+    for conf in wanted:
+        if refresh or conf.name not in cached:
+            types = make_provider(conf, settings.cluster.name).catalog()
+            with database.session() as session:
+                store_catalog(session, settings, conf.name, types)
+    with database.session() as session:
+        rows = [
+            {
+                "provider": row.provider,
+                "name": row.name,
+                "vcpus": row.vcpus,
+                "memory_mb": row.memory_mb,
+                "gpu_model": row.gpu_model,
+                "gpus": row.gpu_count,
+                "gpu_memory_mb": row.gpu_memory_mb,
+                "price_on_demand": row.price_on_demand,
+                "price_spot": row.price_spot,
+                "updated_at": row.updated_at,
+            }
+            for row in cached_catalog(session, provider_name, gpus)
+        ]
+    columns = ("provider", "name", "vcpus", "memory_mb", "gpu_model", "gpus", "price_on_demand")
+    emit(rows, columns, as_json, "Instance types")

@@ -1,0 +1,361 @@
+"""Typed settings from /etc/clustermgr/clustermgr.toml (pydantic v2 at the edge, typed below).
+
+Every table forbids unknown keys. Secrets never live here: a provider names where its
+credentials come from (`credentials.source`), never the secret itself.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tomllib
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from clustermgr.errors import ConfigError
+from clustermgr.hostlists import HostlistError, expand
+
+DEFAULT_CONFIG_PATH = Path("/etc/clustermgr/clustermgr.toml")
+NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
+
+ProviderType = Literal["aws", "azure", "openstack", "local"]
+CredentialSource = Literal[
+    "chain", "profile", "default", "client_secret_file", "client_secret_env", "clouds_yaml", "none"
+]
+
+# Which credential sources and provider-specific keys each provider type understands.
+CREDENTIAL_SOURCES: dict[str, set[str]] = {
+    "aws": {"chain", "profile"},
+    "azure": {"default", "client_secret_file", "client_secret_env"},
+    "openstack": {"clouds_yaml"},
+    "local": {"none"},
+}
+NATURAL_CREDENTIALS = {
+    "aws": "chain",
+    "azure": "default",
+    "openstack": "clouds_yaml",
+    "local": "none",
+}
+PROVIDER_ONLY_KEYS: dict[str, set[str]] = {
+    "aws": {"launch_batch_size", "terminate_batch_size", "retry_mode"},
+    "azure": {
+        "subscription_id",
+        "resource_group",
+        "authority_host",
+        "disable_instance_discovery",
+        "polling_interval_s",
+    },
+    "openstack": set(),
+    "local": {"subnet", "state_dir"},
+}
+
+
+class StrictModel(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ClusterSettings(StrictModel):
+    name: str = Field("cluster", pattern=NAME_PATTERN)
+    head_address: str = ""
+
+
+class DatabaseSettings(StrictModel):
+    url: str | None = None
+    busy_timeout_s: float = Field(30.0, gt=0)
+
+
+class SlurmSettings(StrictModel):
+    bin_dir: Path = Path("/usr/bin")
+    command_timeout_s: float = Field(30.0, gt=0)
+    onprem_partitions: list[str] = []
+
+
+class Credentials(StrictModel):
+    source: CredentialSource = "chain"
+    profile: str | None = None
+    tenant_id: str | None = None
+    client_id: str | None = None
+    secret_file: Path | None = None
+    secret_env: str | None = None
+    cloud: str | None = None
+
+
+class ProviderSettings(StrictModel):
+    name: str = Field(pattern=NAME_PATTERN)
+    type: ProviderType
+    region: str = Field(min_length=1)
+    credentials: Credentials = Credentials()
+    endpoint_url: str | None = None
+    max_instances: int | None = Field(None, ge=0)
+    billing_increment_s: int | None = Field(None, gt=0)
+    billing_minimum_s: int | None = Field(None, ge=0)
+    # aws
+    launch_batch_size: int = Field(500, ge=1, le=500)
+    terminate_batch_size: int = Field(1000, ge=1, le=1000)
+    retry_mode: Literal["standard", "adaptive"] = "adaptive"
+    # azure
+    subscription_id: str | None = None
+    resource_group: str | None = None
+    authority_host: str | None = None
+    disable_instance_discovery: bool = False
+    polling_interval_s: float = Field(5.0, ge=0)
+    # local
+    subnet: str = "10.213.0.0/24"
+    state_dir: Path | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _keys_of_other_types(cls, data: Any) -> Any:
+        if isinstance(data, dict) and data.get("type") in NATURAL_CREDENTIALS:
+            own = PROVIDER_ONLY_KEYS[data["type"]]
+            for kind, keys in PROVIDER_ONLY_KEYS.items():
+                for key in sorted((keys - own) & set(data)):
+                    raise ValueError(f"key {key!r} is only for {kind} providers")
+            creds = data.get("credentials", {})
+            if isinstance(creds, dict) and "source" not in creds:
+                natural = NATURAL_CREDENTIALS[data["type"]]
+                data = {**data, "credentials": {**creds, "source": natural}}
+        return data
+
+    @model_validator(mode="after")
+    def _credentials_fit_type(self) -> ProviderSettings:
+        allowed = CREDENTIAL_SOURCES[self.type]
+        creds = self.credentials
+        if creds.source not in allowed:
+            raise ValueError(
+                f"credentials.source {creds.source!r} does not fit a {self.type} provider "
+                f"(use one of: {', '.join(sorted(allowed))})"
+            )
+        if creds.source == "profile" and not creds.profile:
+            raise ValueError("credentials.source 'profile' needs credentials.profile")
+        if creds.source == "client_secret_file" and not creds.secret_file:
+            raise ValueError(
+                "credentials.source 'client_secret_file' needs credentials.secret_file"
+            )
+        if creds.source == "client_secret_env" and not creds.secret_env:
+            raise ValueError("credentials.source 'client_secret_env' needs credentials.secret_env")
+        if creds.source.startswith("client_secret") and not (creds.tenant_id and creds.client_id):
+            raise ValueError("azure client secrets need credentials.tenant_id and client_id")
+        if creds.source == "clouds_yaml" and not creds.cloud:
+            raise ValueError("credentials.source 'clouds_yaml' needs credentials.cloud")
+        if self.type == "azure" and not (self.subscription_id and self.resource_group):
+            raise ValueError("azure providers need subscription_id and resource_group")
+        return self
+
+    @property
+    def billing(self) -> tuple[int, int]:
+        """(increment seconds, minimum seconds) of the provider's billing rule."""
+        defaults = {"aws": (1, 60), "azure": (60, 60), "openstack": (3600, 3600), "local": (1, 0)}
+        increment, minimum = defaults[self.type]
+        return (self.billing_increment_s or increment, self.billing_minimum_s or minimum)
+
+
+class InstancePrice(StrictModel):
+    on_demand: float = Field(ge=0)
+    spot: float | None = Field(None, ge=0)
+
+
+class TemplateSettings(StrictModel):
+    name: str = Field(pattern=NAME_PATTERN)
+    provider: str
+    instance_types: list[str] = Field(min_length=1)
+    image: str = Field(min_length=1)
+    zones: list[str] = []
+    subnets: list[str] = []
+    security_groups: list[str] = []
+    instance_profile: str | None = None
+    placement_group: str | None = None
+    key_name: str | None = None
+    network: str | None = None
+    partition: str = Field(min_length=1)
+    nodes: str = Field(min_length=1, description="Slurm hostlist of this template's node names")
+    cpus: int = Field(ge=1)
+    memory_mb: int = Field(ge=1)
+    gpu_model: str | None = None
+    gpus: int = Field(0, ge=0)
+    max_nodes: int | None = Field(None, ge=0)
+    market: Literal["on-demand", "spot"] = "on-demand"
+    max_spot_price: float | None = Field(None, gt=0)
+    demand_mode: Literal["policy", "slurm"] = "policy"
+    features: list[str] = []
+    weight: int = Field(100, ge=0)
+    boot_timeout_s: float = Field(600.0, gt=0)
+    prices: dict[str, InstancePrice] = {}
+
+    @model_validator(mode="after")
+    def _check(self) -> TemplateSettings:
+        try:
+            slots = expand(self.nodes)
+        except HostlistError as exc:
+            raise ValueError(f"nodes {self.nodes!r} is not a valid Slurm hostlist: {exc}") from None
+        if self.max_nodes is not None and self.max_nodes > len(slots):
+            raise ValueError(
+                f"max_nodes {self.max_nodes} exceeds the {len(slots)} names in nodes {self.nodes!r}"
+            )
+        if self.gpus and not self.gpu_model:
+            raise ValueError("gpus > 0 needs gpu_model (for example 'a100')")
+        for itype in self.prices:
+            if itype not in self.instance_types:
+                raise ValueError(f"prices names {itype!r}, which is not in instance_types")
+        return self
+
+    @property
+    def node_names(self) -> list[str]:
+        return expand(self.nodes)
+
+    @property
+    def node_limit(self) -> int:
+        return len(self.node_names) if self.max_nodes is None else self.max_nodes
+
+
+class PolicyRef(StrictModel):
+    name: str
+    path: Path | None = None
+    options: dict[str, Any] = {}
+
+
+class PolicySettings(StrictModel):
+    chain: list[PolicyRef] = []
+    timeout_s: float = Field(5.0, gt=0)
+
+
+class DaemonSettings(StrictModel):
+    interval_s: float = Field(30.0, gt=0)
+    reconcile_interval_s: float = Field(60.0, gt=0)
+    catalog_refresh_s: float = Field(3600.0, gt=0)
+    state_dir: Path = Path("/var/lib/clustermgr")
+    orphan_grace_s: float = Field(300.0, ge=0)
+    heartbeat_stale_s: float = Field(120.0, gt=0)
+    metrics_address: str = "127.0.0.1"
+    metrics_port: int = Field(9464, ge=0, le=65535)
+
+
+class Settings(StrictModel):
+    cluster: ClusterSettings = ClusterSettings()
+    database: DatabaseSettings = DatabaseSettings()
+    slurm: SlurmSettings = SlurmSettings()
+    providers: list[ProviderSettings] = []
+    templates: list[TemplateSettings] = []
+    policy: PolicySettings = PolicySettings()
+    daemon: DaemonSettings = DaemonSettings()
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> Settings:
+        _unique("providers", [p.name for p in self.providers])
+        _unique("templates", [t.name for t in self.templates])
+        providers = {p.name: p for p in self.providers}
+        owner: dict[str, str] = {}
+        for template in self.templates:
+            provider = providers.get(template.provider)
+            if provider is None:
+                known = ", ".join(providers) or "none defined"
+                raise ValueError(
+                    f"template {template.name!r}: provider {template.provider!r} is not defined "
+                    f"(known: {known})"
+                )
+            if template.market == "spot" and provider.type in ("local", "openstack"):
+                raise ValueError(
+                    f"template {template.name!r}: market 'spot' is not offered by "
+                    f"{provider.type} provider {provider.name!r}"
+                )
+            for node in template.node_names:
+                if node in owner:
+                    raise ValueError(
+                        f"node {node!r} is in both templates {owner[node]!r} and {template.name!r}"
+                    )
+                owner[node] = template.name
+        return self
+
+    def provider(self, name: str) -> ProviderSettings:
+        for provider in self.providers:
+            if provider.name == name:
+                return provider
+        raise ConfigError(f"no provider named {name!r} in the configuration")
+
+    def template(self, name: str) -> TemplateSettings:
+        for template in self.templates:
+            if template.name == name:
+                return template
+        raise ConfigError(f"no template named {name!r} in the configuration")
+
+
+def _unique(table: str, names: list[str]) -> None:
+    seen: set[str] = set()
+    for name in names:
+        if name in seen:
+            raise ValueError(f"{table}: name {name!r} is used twice")
+        seen.add(name)
+
+
+def config_path(explicit: str | Path | None = None) -> Path:
+    """--config, else $CLUSTERMGR_CONFIG, else /etc/clustermgr/clustermgr.toml."""
+    if explicit:
+        return Path(explicit)
+    env = os.environ.get("CLUSTERMGR_CONFIG")
+    return Path(env) if env else DEFAULT_CONFIG_PATH
+
+
+_TOML_POSITION = re.compile(r"^(?P<msg>.*?) \(at line (?P<line>\d+), column (?P<col>\d+)\)$")
+
+
+def load_settings(path: Path) -> Settings:
+    """Read and validate one config file; every failure is a one-line ConfigError."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{path}: no such config file (pass --config PATH or set CLUSTERMGR_CONFIG)"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(raw.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except tomllib.TOMLDecodeError as exc:
+        found = _TOML_POSITION.match(str(exc))
+        if found:
+            raise ConfigError(
+                f"{path}:{found['line']}:{found['col']}: invalid TOML: {found['msg']}"
+            ) from None
+        raise ConfigError(f"{path}: invalid TOML: {exc}") from None
+    return parse_settings(data, source=str(path))
+
+
+def parse_settings(data: dict[str, Any], source: str = "<config>") -> Settings:
+    try:
+        return Settings.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        location = _dotted(first["loc"], data)
+        message = first["msg"].removeprefix("Value error, ")
+        if first["type"] == "extra_forbidden":
+            message = "unknown key (check the spelling against etc/clustermgr.toml.example)"
+        elif "input" in first and first["type"] not in ("missing", "value_error"):
+            message = f"{message} (got {first['input']!r})"
+        where = f"{source}: {location}: " if location else f"{source}: "
+        more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise ConfigError(f"{where}{message}{more}") from None
+
+
+def _dotted(loc: tuple[int | str, ...], data: dict[str, Any]) -> str:
+    """templates.1.cpus -> templates[1].cpus, with the item's name when it has one."""
+    parts: list[str] = []
+    node: Any = data
+    for item in loc:
+        if isinstance(item, int):
+            label = f"[{item}]"
+            if isinstance(node, list) and item < len(node) and isinstance(node[item], dict):
+                name = node[item].get("name")
+                if isinstance(name, str):
+                    label = f"[{item}:{name}]"
+            parts.append(label)
+        else:
+            parts.append(("." if parts else "") + item)
+        try:
+            node = node[item]
+        except (KeyError, IndexError, TypeError):
+            node = None
+    return "".join(parts)

@@ -1,0 +1,233 @@
+"""ORM model. The schema only changes through Alembic revisions in migrations/."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    DateTime,
+    Dialect,
+    Float,
+    ForeignKey,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Text,
+    TypeDecorator,
+    UniqueConstraint,
+)
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(column_0_label)s",
+    "uq": "uq_%(table_name)s_%(column_0_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class UTCDateTime(TypeDecorator[datetime]):
+    """Timezone-aware UTC datetimes on every backend (SQLite stores them naive)."""
+
+    impl = DateTime(timezone=True)
+    cache_ok = True
+
+    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        if value.tzinfo is None:
+            raise ValueError("naive datetime given to the database; use datetime.now(UTC)")
+        return value.astimezone(UTC)
+
+    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
+        if value is None:
+            return None
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+    type_annotation_map = {datetime: UTCDateTime(), dict[str, Any]: JSON()}
+
+
+class Provider(Base):
+    __tablename__ = "providers"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    type: Mapped[str] = mapped_column(String(16))
+    region: Mapped[str] = mapped_column(String(64))
+    credentials_source: Mapped[str] = mapped_column(String(32))
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Region(Base):
+    __tablename__ = "regions"
+    __table_args__ = (UniqueConstraint("provider_id", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    provider_id: Mapped[int] = mapped_column(ForeignKey("providers.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(String(64))
+
+
+class Template(Base):
+    __tablename__ = "templates"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    provider_name: Mapped[str] = mapped_column(String(64))
+    region: Mapped[str] = mapped_column(String(64))
+    partition: Mapped[str] = mapped_column(String(64))
+    hostlist: Mapped[str] = mapped_column(Text)
+    instance_types: Mapped[list[str]] = mapped_column(JSON)
+    image: Mapped[str] = mapped_column(String(255))
+    cpus: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    gpu_model: Mapped[str | None] = mapped_column(String(64))
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    max_nodes: Mapped[int] = mapped_column(Integer)
+    market: Mapped[str] = mapped_column(String(16))
+    demand_mode: Mapped[str] = mapped_column(String(16), default="policy")
+    retired: Mapped[bool] = mapped_column(default=False)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Node(Base):
+    __tablename__ = "nodes"
+    __table_args__ = (
+        Index("ix_nodes_state", "state"),
+        Index("ix_nodes_template", "template"),
+        Index("ix_nodes_instance_id", "instance_id"),
+    )
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    kind: Mapped[str] = mapped_column(String(16))  # "onprem" or "cloud"
+    state: Mapped[str] = mapped_column(String(16))
+    state_reason: Mapped[str] = mapped_column(Text, default="")
+    state_since: Mapped[datetime] = mapped_column(default=utcnow)
+    template: Mapped[str | None] = mapped_column(String(64))
+    provider: Mapped[str | None] = mapped_column(String(64))
+    region: Mapped[str | None] = mapped_column(String(64))
+    partitions: Mapped[str] = mapped_column(String(255), default="")
+    instance_id: Mapped[str | None] = mapped_column(String(128))
+    instance_type: Mapped[str | None] = mapped_column(String(64))
+    market: Mapped[str | None] = mapped_column(String(16))
+    request_id: Mapped[str | None] = mapped_column(String(64))
+    private_address: Mapped[str | None] = mapped_column(String(64))
+    hostname: Mapped[str | None] = mapped_column(String(255))
+    cpus: Mapped[int] = mapped_column(Integer, default=0)
+    memory_mb: Mapped[int] = mapped_column(Integer, default=0)
+    gpus: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_model: Mapped[str | None] = mapped_column(String(64))
+    slurm_state: Mapped[str] = mapped_column(String(128), default="")
+    idle_since: Mapped[datetime | None] = mapped_column()
+    launched_at: Mapped[datetime | None] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+    version: Mapped[int] = mapped_column(Integer, nullable=False)
+
+    events: Mapped[list[NodeEvent]] = relationship(
+        back_populates="node", order_by="NodeEvent.id", cascade="all, delete-orphan"
+    )
+
+    __mapper_args__ = {"version_id_col": version}
+
+
+class NodeEvent(Base):
+    __tablename__ = "node_events"
+    __table_args__ = (Index("ix_node_events_at", "at"),)
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"), index=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    old_state: Mapped[str] = mapped_column(String(16))
+    new_state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    actor: Mapped[str] = mapped_column(String(64))
+
+    node: Mapped[Node] = relationship(back_populates="events")
+
+
+class Director(Base):
+    """A per-region cloud director: serves the software image and an LDAP replica."""
+
+    __tablename__ = "directors"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128), unique=True)
+    region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="RESTRICT"))
+    instance_id: Mapped[str | None] = mapped_column(String(128))
+    private_address: Mapped[str | None] = mapped_column(String(64))
+    state: Mapped[str] = mapped_column(String(16))
+    ldap_synced_at: Mapped[datetime | None] = mapped_column()
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Image(Base):
+    """A node software image version (what directors replicate)."""
+
+    __tablename__ = "images"
+    __table_args__ = (UniqueConstraint("name", "version"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(128))
+    version: Mapped[str] = mapped_column(String(64))
+    checksum: Mapped[str] = mapped_column(String(128))
+    size_bytes: Mapped[int] = mapped_column(BigInteger)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ImageReplica(Base):
+    __tablename__ = "image_replicas"
+    __table_args__ = (UniqueConstraint("image_id", "director_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    image_id: Mapped[int] = mapped_column(ForeignKey("images.id", ondelete="CASCADE"))
+    director_id: Mapped[int] = mapped_column(ForeignKey("directors.id", ondelete="CASCADE"))
+    state: Mapped[str] = mapped_column(String(16))
+    checksum: Mapped[str | None] = mapped_column(String(128))
+    bytes_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class Transfer(Base):
+    """One cmsub stage-in or stage-out of a job's data."""
+
+    __tablename__ = "transfers"
+    __table_args__ = (Index("ix_transfers_job", "job_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(String(64))
+    user: Mapped[str] = mapped_column(String(64))
+    direction: Mapped[str] = mapped_column(String(8))  # "in" or "out"
+    source: Mapped[str] = mapped_column(Text)
+    destination: Mapped[str] = mapped_column(Text)
+    transport: Mapped[str] = mapped_column(String(16))
+    state: Mapped[str] = mapped_column(String(16))
+    bytes_total: Mapped[int | None] = mapped_column(BigInteger)
+    bytes_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    error: Mapped[str | None] = mapped_column(Text)
+    created_at: Mapped[datetime] = mapped_column(default=utcnow)
+    finished_at: Mapped[datetime | None] = mapped_column()
+
+
+class InstanceTypeRow(Base):
+    """Cached catalog facts per provider and instance type."""
+
+    __tablename__ = "instance_types"
+    __table_args__ = (UniqueConstraint("provider", "name"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    provider: Mapped[str] = mapped_column(String(64))
+    name: Mapped[str] = mapped_column(String(64))
+    vcpus: Mapped[int] = mapped_column(Integer)
+    memory_mb: Mapped[int] = mapped_column(Integer)
+    gpu_model: Mapped[str | None] = mapped_column(String(64))
+    gpu_count: Mapped[int] = mapped_column(Integer, default=0)
+    gpu_memory_mb: Mapped[int] = mapped_column(Integer, default=0)
+    architecture: Mapped[str] = mapped_column(String(16), default="x86_64")
+    price_on_demand: Mapped[float | None] = mapped_column(Float)
+    price_spot: Mapped[float | None] = mapped_column(Float)
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)

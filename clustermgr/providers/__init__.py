@@ -1,0 +1,1 @@
+"""Cloud providers behind one seam; see base.py. Each SDK is imported only by its own module."""

@@ -1,0 +1,182 @@
+"""The provider seam: one small Protocol and the typed data that crosses it.
+
+A provider talks to one cloud region. It only ever lists, launches and terminates
+instances tagged as this cluster's. Launches are idempotent per request id: the same
+request id twice never makes a second instance.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, runtime_checkable
+
+from clustermgr.errors import ErrorKind, ProviderError
+
+if TYPE_CHECKING:
+    from clustermgr.config import ProviderSettings
+
+# Tag keys every instance we launch carries. Letters, digits and '-' only, so the same
+# keys are valid as EC2 tags (and readable through IMDS), Azure tags and Nova metadata.
+TAG_CLUSTER = "clustermgr-cluster"
+TAG_TEMPLATE = "clustermgr-template"
+TAG_REQUEST = "clustermgr-request"
+TAG_NODE = "clustermgr-node"
+
+Market = Literal["on-demand", "spot"]
+
+
+class InstanceState(enum.StrEnum):
+    PENDING = "pending"
+    RUNNING = "running"
+    STOPPING = "stopping"
+    TERMINATED = "terminated"
+    ERROR = "error"
+    UNKNOWN = "unknown"
+
+
+@dataclass(frozen=True)
+class LaunchSpec:
+    """What to launch for one template. `node_names` binds instances to Slurm names in order."""
+
+    template: str
+    instance_types: tuple[str, ...]
+    image: str
+    node_names: tuple[str, ...] = ()
+    zones: tuple[str, ...] = ()
+    subnets: tuple[str, ...] = ()
+    security_groups: tuple[str, ...] = ()
+    market: Market = "on-demand"
+    max_spot_price: float | None = None
+    user_data: str = ""
+    tags: Mapping[str, str] = field(default_factory=dict)
+    instance_profile: str | None = None
+    placement_group: str | None = None
+    key_name: str | None = None
+    network: str | None = None
+
+
+@dataclass(frozen=True)
+class CloudInstance:
+    instance_id: str
+    node_name: str | None
+    state: InstanceState
+    private_address: str | None
+    instance_type: str
+    zone: str | None
+    lifecycle: Market
+    launch_time: datetime | None
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def request_id(self) -> str | None:
+        return self.tags.get(TAG_REQUEST)
+
+    @property
+    def template(self) -> str | None:
+        return self.tags.get(TAG_TEMPLATE)
+
+
+@dataclass(frozen=True)
+class LaunchError:
+    """One part of a launch that failed; the rest of the launch may have succeeded."""
+
+    kind: ErrorKind
+    code: str
+    message: str
+    instance_type: str | None = None
+    zone: str | None = None
+    count: int = 0
+
+    def reason(self) -> str:
+        """The Slurm node reason: `(Code:KIND) detail`."""
+        return f"(Code:{self.kind.value}) {self.code}: {self.message}"[:200]
+
+
+@dataclass
+class LaunchResult:
+    request_id: str
+    requested: int
+    instances: list[CloudInstance] = field(default_factory=list)
+    errors: list[LaunchError] = field(default_factory=list)
+
+    @property
+    def missing(self) -> int:
+        return max(0, self.requested - len(self.instances))
+
+    @property
+    def ok(self) -> bool:
+        return self.missing == 0
+
+
+@dataclass(frozen=True)
+class InstanceType:
+    name: str
+    vcpus: int
+    memory_mb: int
+    gpu_model: str | None = None
+    gpu_count: int = 0
+    gpu_memory_mb: int = 0
+    architecture: str = "x86_64"
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """One line of `clustermgr providers check`."""
+
+    name: str
+    ok: bool
+    detail: str
+
+
+@runtime_checkable
+class Provider(Protocol):
+    kind: ClassVar[str]
+    name: str
+
+    def list_instances(self) -> dict[str, CloudInstance]:
+        """Every instance tagged with this cluster's name, keyed by instance id."""
+        ...
+
+    def launch(self, spec: LaunchSpec, count: int, request_id: str) -> LaunchResult:
+        """Start up to `count` instances; never raises for capacity, returns errors instead.
+
+        Raises ProviderError(INVALID) before launching anything when the spec names an
+        unknown instance type or image, and ProviderError(AUTH) when credentials fail.
+        """
+        ...
+
+    def terminate(self, instance_ids: Sequence[str], request_id: str) -> None:
+        """Terminate instances; already-gone instances are not an error."""
+        ...
+
+    def catalog(self) -> Sequence[InstanceType]:
+        """Instance types this region offers (vCPUs, memory, GPUs)."""
+        ...
+
+    def check(self) -> list[CheckResult]:
+        """Credentials and reachability, one result per check; never raises."""
+        ...
+
+
+class ProviderFactory(Protocol):
+    kind: ClassVar[str]
+
+    def __call__(self, settings: ProviderSettings, cluster: str) -> Provider: ...
+
+
+def ours(cluster: str, template: str, request_id: str, extra: Mapping[str, str]) -> dict[str, str]:
+    """The tags every launched instance carries."""
+    return {**extra, TAG_CLUSTER: cluster, TAG_TEMPLATE: template, TAG_REQUEST: request_id}
+
+
+def invalid(provider: str, template: str, field_name: str, value: str, why: str) -> ProviderError:
+    """An INVALID error that names the template and the field, raised before any launch."""
+    return ProviderError(
+        ErrorKind.INVALID,
+        f"template {template!r} field {field_name} = {value!r}: {why}",
+        provider=provider,
+        code="InvalidSpec",
+    )

@@ -1,0 +1,113 @@
+"""The workload seam (Slurm today): typed snapshots in, node actions out."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Protocol
+
+
+@dataclass(frozen=True)
+class WorkloadNode:
+    name: str
+    state: str  # base state, upper case: IDLE, ALLOCATED, MIXED, DOWN, UNKNOWN, ...
+    flags: frozenset[str]  # CLOUD, POWERED_DOWN, POWERING_UP, DRAIN, NOT_RESPONDING, ...
+    cpus: int = 0
+    memory_mb: int = 0
+    gpus: int = 0
+    gpu_model: str | None = None
+    partitions: tuple[str, ...] = ()
+    features: tuple[str, ...] = ()
+    address: str | None = None
+    hostname: str | None = None
+    reason: str = ""
+
+    @property
+    def is_cloud(self) -> bool:
+        return "CLOUD" in self.flags
+
+    @property
+    def powered_down(self) -> bool:
+        return "POWERED_DOWN" in self.flags
+
+    @property
+    def powering_up(self) -> bool:
+        return "POWERING_UP" in self.flags
+
+    @property
+    def responding(self) -> bool:
+        return "NOT_RESPONDING" not in self.flags
+
+    @property
+    def drained(self) -> bool:
+        return "DRAIN" in self.flags
+
+    @property
+    def usable(self) -> bool:
+        """Up and schedulable as far as Slurm is concerned."""
+        return (
+            self.state not in ("DOWN", "FUTURE", "UNKNOWN")
+            and self.responding
+            and not self.drained
+            and not self.powered_down
+        )
+
+
+@dataclass(frozen=True)
+class PendingJob:
+    job_id: str
+    partition: str
+    nodes: int
+    tasks: int
+    cpus_per_node: int
+    memory_per_node_mb: int
+    gpus_per_node: int
+    gpu_model: str | None
+    gpus_per_job: int
+    features: tuple[str, ...]
+    time_limit_min: int | None
+    submit_time: datetime | None
+    reason: str
+    estimated_start: datetime | None
+    array_tasks: int = 1
+    user: str = ""
+    requeue: bool = True
+
+
+@dataclass(frozen=True)
+class RunningJob:
+    job_id: str
+    nodes: tuple[str, ...]
+    end_time: datetime | None
+
+
+@dataclass(frozen=True)
+class WorkloadSnapshot:
+    taken_at: datetime
+    nodes: Mapping[str, WorkloadNode]
+    pending: Sequence[PendingJob] = ()
+    running: Sequence[RunningJob] = field(default_factory=tuple)
+
+
+class Workload(Protocol):
+    def nodes(self) -> dict[str, WorkloadNode]: ...
+    def snapshot(self) -> WorkloadSnapshot: ...
+    def set_addresses(self, addresses: Mapping[str, str]) -> None: ...
+    def power_up(self, nodes: Sequence[str]) -> None: ...
+    def power_down(self, nodes: Sequence[str], reason: str, force: bool = False) -> None: ...
+    def drain(self, nodes: Sequence[str], reason: str) -> None: ...
+    def resume(self, nodes: Sequence[str]) -> None: ...
+
+
+_GRES_GPU = re.compile(r"(?:^|,)gpu(?::(?P<model>[A-Za-z][\w.-]*))?:(?P<count>\d+)")
+
+
+def parse_gpu_gres(gres: str) -> tuple[str | None, int]:
+    """'gpu:a100:8(S:0-1)' -> ('a100', 8); 'gpu:2' -> (None, 2); '(null)' -> (None, 0)."""
+    total, model = 0, None
+    for found in _GRES_GPU.finditer(gres or ""):
+        total += int(found["count"])
+        model = model or found["model"]
+    return model, total

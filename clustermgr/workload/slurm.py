@@ -1,0 +1,178 @@
+"""Slurm through its command-line clients: argv lists, a timeout on every call.
+
+`sinfo --json` (data v0.0.38 on Slurm 22.05) for nodes; `scontrol` for actions. Every
+failure is a WorkloadError naming the command and Slurm's own one-line message.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from clustermgr.errors import WorkloadError
+from clustermgr.workload.base import WorkloadNode, parse_gpu_gres
+
+
+class SlurmCli:
+    def __init__(self, bin_dir: Path = Path("/usr/bin"), timeout_s: float = 30.0):
+        self.bin_dir = bin_dir
+        self.timeout_s = timeout_s
+
+    def run(self, command: str, *args: str, timeout_s: float | None = None) -> str:
+        """Run one Slurm client and return its stdout; WorkloadError on any failure."""
+        path = self.bin_dir / command
+        argv = [str(path), *args]
+        shown = " ".join([command, *args])[:120]
+        try:
+            done = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout_s or self.timeout_s,
+                env={**os.environ, "LC_ALL": "C"},
+                check=False,
+            )
+        except FileNotFoundError:
+            raise WorkloadError(
+                f"{path} not found: install Slurm's clients or set [slurm] bin_dir"
+            ) from None
+        except subprocess.TimeoutExpired:
+            raise WorkloadError(
+                f"`{shown}` did not answer within {timeout_s or self.timeout_s:.0f} s "
+                "(is slurmctld running and reachable?)"
+            ) from None
+        if done.returncode != 0:
+            message = _first_line(done.stderr) or _first_line(done.stdout) or "no message"
+            raise WorkloadError(f"`{shown}` failed (exit {done.returncode}): {message}")
+        return done.stdout
+
+    def run_json(self, command: str, *args: str) -> dict[str, Any]:
+        text = self.run(command, *args, "--json")
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise WorkloadError(
+                f"`{command} --json` printed invalid JSON (line {exc.lineno}): {exc.msg}"
+            ) from None
+        if not isinstance(data, dict):
+            raise WorkloadError(f"`{command} --json` printed {type(data).__name__}, not an object")
+        return data
+
+    # --- observation -------------------------------------------------------------------
+
+    def nodes(self) -> dict[str, WorkloadNode]:
+        data = self.run_json("sinfo")
+        return parse_sinfo_nodes(data)
+
+    # --- actions -------------------------------------------------------------------------
+
+    def update_nodes(self, nodes: Sequence[str], **fields: str) -> None:
+        """`scontrol update nodename=LIST key=value ...` (one call for the whole list)."""
+        if not nodes:
+            return
+        from clustermgr.hostlists import compress
+
+        args = [f"nodename={compress(nodes)}", *(f"{key}={value}" for key, value in fields.items())]
+        self.run("scontrol", "update", *args)
+
+    def set_addresses(self, addresses: Mapping[str, str]) -> None:
+        for node, address in sorted(addresses.items()):
+            self.run("scontrol", "update", f"nodename={node}", f"nodeaddr={address}")
+
+    def power_up(self, nodes: Sequence[str]) -> None:
+        self.update_nodes(nodes, state="POWER_UP")
+
+    def power_down(self, nodes: Sequence[str], reason: str, force: bool = False) -> None:
+        state = "POWER_DOWN_FORCE" if force else "POWER_DOWN"
+        self.update_nodes(nodes, state=state, reason=_clean_reason(reason))
+
+    def drain(self, nodes: Sequence[str], reason: str) -> None:
+        self.update_nodes(nodes, state="DRAIN", reason=_clean_reason(reason))
+
+    def resume(self, nodes: Sequence[str]) -> None:
+        self.update_nodes(nodes, state="RESUME")
+
+
+def _clean_reason(reason: str) -> str:
+    """Slurm reasons are one argv word here; keep them one printable line."""
+    return " ".join(reason.split())[:250] or "clustermgr"
+
+
+def _first_line(text: str) -> str:
+    for line in (text or "").splitlines():
+        if line.strip():
+            return line.strip()[:300]
+    return ""
+
+
+def _state_words(raw: Any) -> list[str]:
+    if isinstance(raw, list):
+        return [str(item).upper() for item in raw]
+    if isinstance(raw, str):
+        return [word.upper() for word in raw.replace("+", " ").split()]
+    return []
+
+
+def parse_sinfo_nodes(data: Mapping[str, Any]) -> dict[str, WorkloadNode]:
+    """`sinfo --json` -> nodes by name. Accepts the 22.05 layout and the later list states."""
+    raw_nodes = data.get("nodes")
+    if not isinstance(raw_nodes, list):
+        raise WorkloadError("`sinfo --json` has no 'nodes' list: unsupported Slurm output")
+    nodes: dict[str, WorkloadNode] = {}
+    for raw in raw_nodes:
+        if not isinstance(raw, dict) or not raw.get("name"):
+            raise WorkloadError("`sinfo --json` lists a node without a name")
+        node = _parse_node(raw)
+        if node.name in nodes:  # one record per partition on some versions
+            merged = nodes[node.name].partitions + node.partitions
+            node = _replace_partitions(node, tuple(dict.fromkeys(merged)))
+        nodes[node.name] = node
+    return nodes
+
+
+def _replace_partitions(node: WorkloadNode, partitions: tuple[str, ...]) -> WorkloadNode:
+    from dataclasses import replace
+
+    return replace(node, partitions=partitions)
+
+
+def _parse_node(raw: Mapping[str, Any]) -> WorkloadNode:
+    words = _state_words(raw.get("state"))
+    base = next((w for w in words if w in BASE_STATES), words[0] if words else "UNKNOWN")
+    flags = {w for w in words if w != base} | set(_state_words(raw.get("state_flags")))
+    model, gpus = parse_gpu_gres(str(raw.get("gres") or ""))
+    features = raw.get("active_features") or raw.get("features") or ""
+    if isinstance(features, list):
+        features = ",".join(str(f) for f in features)
+    return WorkloadNode(
+        name=str(raw["name"]),
+        state=base,
+        flags=frozenset(flags),
+        cpus=_int(raw.get("cpus")),
+        memory_mb=_int(raw.get("real_memory")),
+        gpus=gpus,
+        gpu_model=model,
+        partitions=tuple(str(p) for p in raw.get("partitions") or ()),
+        features=tuple(f for f in str(features).split(",") if f),
+        address=str(raw.get("address") or "") or None,
+        hostname=str(raw.get("hostname") or "") or None,
+        reason=str(raw.get("reason") or ""),
+    )
+
+
+BASE_STATES = frozenset(
+    {"IDLE", "ALLOCATED", "MIXED", "DOWN", "UNKNOWN", "ERROR", "FUTURE", "COMPLETING"}
+)
+
+
+def _int(value: Any) -> int:
+    if isinstance(value, dict):  # later Slurm versions wrap numbers: {"set": true, "number": 4}
+        value = value.get("number")
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0

@@ -1,0 +1,125 @@
+"""The admin CLI as a user runs it: a real child process against a SQLite file."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLE_CONFIG, run_cli
+
+CONFIG = str(EXAMPLE_CONFIG)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> str:
+    url = f"sqlite:///{tmp_path / 'cm.db'}"
+    assert run_cli("--db", url, "db", "upgrade").returncode == 0
+    return url
+
+
+def test_version_imports_no_cloud_sdk() -> None:
+    code = (
+        "import sys\n"
+        "from clustermgr.cli.main import main\n"
+        "try:\n    main(['--version'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [m for m in ('boto3', 'azure', 'openstack', 'sqlalchemy') if m in sys.modules]\n"
+        "print('HEAVY', heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "clustermgr, version" in out.stdout
+    assert "HEAVY []" in out.stdout
+
+
+def test_sync_list_show_history_json(db: str) -> None:
+    assert run_cli("--db", db, "--config", CONFIG, "nodes", "sync", "--no-slurm").returncode == 0
+    listed = run_cli(
+        "--db", db, "--config", CONFIG, "nodes", "list", "--template", "local-gpu", "--json"
+    )
+    rows = json.loads(listed.stdout)
+    assert [r["name"] for r in rows] == ["cloud1", "cloud2", "cloud3", "cloud4"]
+    assert set(rows[0]) >= {"name", "kind", "state", "template", "provider", "gpus", "instance_id"}
+    assert rows[0]["state"] == "POWERED_DOWN" and rows[0]["gpus"] == 2
+    shown = json.loads(
+        run_cli("--db", db, "--config", CONFIG, "nodes", "show", "cloud2", "--json").stdout
+    )
+    assert shown["name"] == "cloud2" and shown["version"] == 1
+    hist = json.loads(
+        run_cli("--db", db, "--config", CONFIG, "nodes", "history", "cloud2", "--json").stdout
+    )
+    assert [(h["old_state"], h["new_state"]) for h in hist] == [("NEW", "POWERED_DOWN")]
+    table = run_cli("--db", db, "--config", CONFIG, "nodes", "list", "--state", "powered_down")
+    assert "aws-a100-016" in table.stdout and table.returncode == 0
+
+
+def test_sync_twice_no_duplicates_and_removed_names_retire(db: str, tmp_path: Path) -> None:
+    for _ in range(2):
+        assert (
+            run_cli("--db", db, "--config", CONFIG, "nodes", "sync", "--no-slurm").returncode == 0
+        )
+    rows = json.loads(run_cli("--db", db, "--config", CONFIG, "nodes", "list", "--json").stdout)
+    assert len(rows) == 32 == len({r["name"] for r in rows})
+    fewer = tmp_path / "fewer.toml"
+    fewer.write_text(EXAMPLE_CONFIG.read_text().replace('"cloud[1-4]"', '"cloud[1-2]"'))
+    result = run_cli("--db", db, "--config", str(fewer), "nodes", "sync", "--no-slurm")
+    assert "2 retired" in result.stdout
+    rows = json.loads(run_cli("--db", db, "--config", CONFIG, "nodes", "list", "--json").stdout)
+    states = {r["name"]: r["state"] for r in rows}
+    assert states["cloud3"] == states["cloud4"] == "RETIRED" and len(rows) == 32
+    result = run_cli("--db", db, "--config", CONFIG, "nodes", "sync", "--no-slurm")
+    assert "2 restored" in result.stdout
+
+
+def test_invalid_config_writes_nothing(db: str, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(EXAMPLE_CONFIG.read_text().replace("cpus = 96", "cpus = -1", 1))
+    result = run_cli("--db", db, "--config", str(bad), "nodes", "sync", "--no-slurm")
+    assert result.returncode == 2
+    assert result.stderr.strip() == (
+        f"clustermgr: error: {bad}: templates[0:aws-a100].cpus: "
+        "Input should be greater than or equal to 1 (got -1)"
+    )
+    rows = json.loads(run_cli("--db", db, "--config", CONFIG, "nodes", "list", "--json").stdout)
+    assert rows == []
+
+
+def test_bad_usage_exits_2_with_one_line(db: str) -> None:
+    missing = run_cli("--db", db, "--config", CONFIG, "nodes", "show", "nope")
+    assert missing.returncode == 2
+    assert (
+        missing.stderr.strip()
+        == "clustermgr: error: no node named 'nope' (see `clustermgr nodes list`)"
+    )
+    since = run_cli("--db", db, "--config", CONFIG, "events", "--since", "yesterday-ish")
+    assert since.returncode == 2 and "expected a duration like 15m" in since.stderr
+    state = run_cli("--db", db, "--config", CONFIG, "nodes", "list", "--state", "bogus")
+    assert state.returncode == 2 and "Invalid value for '--state'" in state.stderr
+    noconf = run_cli("--db", db, "--config", "/nonexistent.toml", "templates", "list")
+    assert noconf.returncode == 2 and "no such config file" in noconf.stderr
+
+
+def test_events_since_and_listings(db: str) -> None:
+    assert run_cli("--db", db, "--config", CONFIG, "nodes", "sync", "--no-slurm").returncode == 0
+    rows = json.loads(
+        run_cli("--db", db, "--config", CONFIG, "events", "--since", "10m", "--json").stdout
+    )
+    assert len(rows) == 32 and rows[0]["new_state"] == "POWERED_DOWN"
+    none = json.loads(
+        run_cli("--db", db, "--config", CONFIG, "events", "--since", "2099-01-01", "--json").stdout
+    )
+    assert none == []
+    templates = json.loads(run_cli("--config", CONFIG, "templates", "list", "--json").stdout)
+    assert {t["name"] for t in templates} == {"aws-a100", "azure-a100", "os-v100", "local-gpu"}
+    providers = run_cli("--config", CONFIG, "providers", "list", "--json").stdout
+    assert "azure.secret" not in providers  # the source is shown, never paths or values
+    assert {p["credentials"] for p in json.loads(providers)} >= {"chain", "client_secret_file"}
+
+
+def test_config_check_and_completion() -> None:
+    ok = run_cli("--config", CONFIG, "config", "check")
+    assert ok.returncode == 0 and "OK (4 providers, 4 templates, 32 cloud node slots)" in ok.stdout
+    completion = run_cli("completion", "bash")
+    assert "_CLUSTERMGR_COMPLETE" in completion.stdout
