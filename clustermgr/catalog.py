@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from clustermgr.config import ProviderSettings, Settings
+from clustermgr.config import Settings
 from clustermgr.db.models import InstanceTypeRow
 from clustermgr.providers.base import InstanceType
 
@@ -74,12 +74,13 @@ def cached_catalog(
     return list(session.scalars(query))
 
 
-def billed_seconds(provider: ProviderSettings, run_seconds: float) -> float:
-    """Seconds charged for a run: rounded up to the billing increment, at least the minimum."""
-    increment, minimum = provider.billing
+def billed_seconds(billing: tuple[int, int], run_seconds: float) -> float:
+    """Seconds charged: rounded up to the billing increment, at least the minimum."""
+    increment, minimum = billing
     charged = math.ceil(max(run_seconds, 0.0) / increment) * increment
     return float(max(charged, minimum))
 
 
-def cost(provider: ProviderSettings, hourly_price: float, run_seconds: float) -> float:
-    return hourly_price * billed_seconds(provider, run_seconds) / 3600.0
+def cost(billing: tuple[int, int], hourly_price: float, run_seconds: float) -> float:
+    """$ for one run under a provider's (increment, minimum) billing rule."""
+    return hourly_price * billed_seconds(billing, run_seconds) / 3600.0

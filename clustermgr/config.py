@@ -68,8 +68,12 @@ class DatabaseSettings(StrictModel):
 
 class SlurmSettings(StrictModel):
     bin_dir: Path = Path("/usr/bin")
+    sbin_dir: Path = Path("/usr/sbin")
     command_timeout_s: float = Field(30.0, gt=0)
     onprem_partitions: list[str] = []
+    conf_server: str = ""  # HOST[:PORT] burst nodes fetch slurm.conf from; default head_address
+    munge_key_path: str = "/etc/munge/munge.key"
+    hook_path: Path = Path("/usr/local/bin/clustermgr")
 
 
 class Credentials(StrictModel):
@@ -182,6 +186,7 @@ class TemplateSettings(StrictModel):
     features: list[str] = []
     weight: int = Field(100, ge=0)
     boot_timeout_s: float = Field(600.0, gt=0)
+    fallback_templates: list[str] = []
     prices: dict[str, InstancePrice] = {}
 
     @model_validator(mode="after")
@@ -260,6 +265,12 @@ class Settings(StrictModel):
                     f"template {template.name!r}: market 'spot' is not offered by "
                     f"{provider.type} provider {provider.name!r}"
                 )
+            for fallback in template.fallback_templates:
+                if fallback not in {t.name for t in self.templates} or fallback == template.name:
+                    raise ValueError(
+                        f"template {template.name!r}: fallback_templates names {fallback!r}, "
+                        "which is not another template"
+                    )
             for node in template.node_names:
                 if node in owner:
                     raise ValueError(

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from clustermgr.cli.context import AppContext
+
+if TYPE_CHECKING:
+    from clustermgr.db.models import InstanceTypeRow
 
 
 @click.group()
@@ -13,9 +18,14 @@ def config() -> None:
 
 
 @config.command()
+@click.option("--no-slurm", is_flag=True, help="Do not compare with the running Slurm.")
 @click.pass_obj
-def check(app: AppContext) -> None:
-    """Validate the configuration; exit 2 with one line naming the problem."""
+def check(app: AppContext, no_slurm: bool) -> None:
+    """Validate the configuration and compare it with the running Slurm.
+
+    Exit 2 with one line per problem (invalid config, or a template that does not match
+    slurm.conf); exit 1 when Slurm cannot be asked.
+    """
     from clustermgr.config import config_path
 
     settings = app.settings()
@@ -24,3 +34,35 @@ def check(app: AppContext) -> None:
         f"{config_path(app.config_path)}: OK ({len(settings.providers)} providers, "
         f"{len(settings.templates)} templates, {slots} cloud node slots)"
     )
+    if no_slurm:
+        return
+    problems = slurm_mismatches(app)
+    for line in problems:
+        click.echo(line)
+    if problems:
+        raise SystemExit(2)
+    click.echo("slurm: running configuration matches the templates")
+
+
+def slurm_mismatches(app: AppContext) -> list[str]:
+    """The running Slurm vs the templates (and the cached catalog, when there is one)."""
+    from clustermgr.slurmconf import check_against_slurm, facts_from_rows
+    from clustermgr.workload.slurm import SlurmCli
+
+    settings = app.settings()
+    slurm = SlurmCli(settings.slurm.bin_dir, settings.slurm.command_timeout_s)
+    return check_against_slurm(
+        settings, slurm.config_values(), slurm.nodes(), facts_from_rows(cached_types(app))
+    )
+
+
+def cached_types(app: AppContext) -> list[InstanceTypeRow]:
+    """The cached catalog rows, or none when there is no usable database."""
+    from clustermgr.catalog import cached_catalog
+    from clustermgr.errors import DatabaseError
+
+    try:
+        with app.database().session() as session:
+            return cached_catalog(session)
+    except DatabaseError:
+        return []

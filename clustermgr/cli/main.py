@@ -21,7 +21,9 @@ SUBCOMMANDS = {
     "db": "clustermgr.cli.db_cmd:db",
     "events": "clustermgr.cli.nodes_cmd:events",
     "nodes": "clustermgr.cli.nodes_cmd:nodes",
+    "policy": "clustermgr.cli.policy_cmd:policy",
     "providers": "clustermgr.cli.providers_cmd:providers",
+    "slurm": "clustermgr.cli.slurm_cmd:slurm",
     "templates": "clustermgr.cli.providers_cmd:templates",
 }
 

@@ -231,3 +231,34 @@ class InstanceTypeRow(Base):
     price_on_demand: Mapped[float | None] = mapped_column(Float)
     price_spot: Mapped[float | None] = mapped_column(Float)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ClusterEvent(Base):
+    """Something that happened to the cluster rather than to one node: a cycle's result,
+    a policy error, a hook request, a refused launch."""
+
+    __tablename__ = "cluster_events"
+    __table_args__ = (Index("ix_cluster_events_at", "at"),)
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    kind: Mapped[str] = mapped_column(String(32))  # cycle, policy-error, hook, refusal, ...
+    source: Mapped[str] = mapped_column(String(64))
+    message: Mapped[str] = mapped_column(Text)
+
+
+class InstanceRun(Base):
+    """One instance's life, for cost: opened at launch, closed (with its cost) at terminate."""
+
+    __tablename__ = "instance_runs"
+    __table_args__ = (Index("ix_instance_runs_started", "started_at"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    node: Mapped[str] = mapped_column(String(128))
+    template: Mapped[str] = mapped_column(String(64))
+    provider: Mapped[str] = mapped_column(String(64))
+    instance_id: Mapped[str] = mapped_column(String(128), unique=True)
+    instance_type: Mapped[str] = mapped_column(String(64))
+    market: Mapped[str] = mapped_column(String(16))
+    hourly_price: Mapped[float] = mapped_column(Float, default=0.0)
+    started_at: Mapped[datetime] = mapped_column()
+    ended_at: Mapped[datetime | None] = mapped_column()
+    cost: Mapped[float | None] = mapped_column(Float)

@@ -10,11 +10,24 @@ import json
 import os
 import subprocess
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from clustermgr.errors import WorkloadError
-from clustermgr.workload.base import WorkloadNode, parse_gpu_gres
+from clustermgr.workload.base import (
+    PendingJob,
+    RunningJob,
+    WorkloadNode,
+    WorkloadSnapshot,
+    parse_gpu_gres,
+)
+from clustermgr.workload.squeue import (
+    PENDING_FORMAT,
+    RUNNING_FORMAT,
+    parse_pending,
+    parse_running,
+)
 
 
 class SlurmCli:
@@ -67,6 +80,37 @@ class SlurmCli:
     def nodes(self) -> dict[str, WorkloadNode]:
         data = self.run_json("sinfo")
         return parse_sinfo_nodes(data)
+
+    def pending_jobs(self) -> list[PendingJob]:
+        """Pending jobs, one record per job or pending array (tasks counted, not expanded)."""
+        text = self.run("squeue", "--noheader", "--states=PENDING", f"--Format={PENDING_FORMAT}")
+        return parse_pending(text)
+
+    def running_jobs(self) -> list[RunningJob]:
+        text = self.run(
+            "squeue",
+            "--noheader",
+            "--states=RUNNING,CONFIGURING,COMPLETING",
+            f"--Format={RUNNING_FORMAT}",
+        )
+        return parse_running(text)
+
+    def snapshot(self) -> WorkloadSnapshot:
+        return WorkloadSnapshot(
+            taken_at=datetime.now(UTC),
+            nodes=self.nodes(),
+            pending=self.pending_jobs(),
+            running=self.running_jobs(),
+        )
+
+    def config_values(self) -> dict[str, str]:
+        """`scontrol show config` as key -> value."""
+        values: dict[str, str] = {}
+        for line in self.run("scontrol", "show", "config").splitlines():
+            key, sep, value = line.partition("=")
+            if sep and key.strip() and " " not in key.strip():
+                values[key.strip()] = value.strip()
+        return values
 
     # --- actions -------------------------------------------------------------------------
 

@@ -119,7 +119,7 @@ def test_events_since_and_listings(db: str) -> None:
 
 
 def test_config_check_and_completion() -> None:
-    ok = run_cli("--config", CONFIG, "config", "check")
+    ok = run_cli("--config", CONFIG, "config", "check", "--no-slurm")
     assert ok.returncode == 0 and "OK (4 providers, 4 templates, 32 cloud node slots)" in ok.stdout
     completion = run_cli("completion", "bash")
     assert "_CLUSTERMGR_COMPLETE" in completion.stdout

@@ -1,0 +1,74 @@
+"""Find policies: built-in names, the `clustermgr.policies` entry points, or a file path."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any
+
+from clustermgr.config import PolicyRef
+from clustermgr.errors import ConfigError
+from clustermgr.policy.base import Policy
+
+BUILTIN = {
+    "queue_depth": "policies.queue_depth:QueueDepth",
+    "idle_timeout": "policies.idle_timeout:IdleTimeout",
+    "min_max": "policies.min_max:MinMax",
+    "budget_cap": "policies.budget_cap:BudgetCap",
+    "onprem_first": "policies.onprem_first:OnpremFirst",
+    "spot_fallback": "policies.spot_fallback:SpotFallback",
+}
+
+
+def policy_class(ref: PolicyRef) -> type[Any]:
+    if ref.path is not None:
+        return _from_file(ref.name, ref.path)
+    target = BUILTIN.get(ref.name)
+    if target is not None:
+        module_name, _, attr = target.partition(":")
+        cls: type[Any] = getattr(importlib.import_module(module_name), attr)
+        return cls
+    for entry in entry_points(group="clustermgr.policies"):
+        if entry.name == ref.name:
+            loaded: type[Any] = entry.load()
+            return loaded
+    known = ", ".join(sorted(BUILTIN))
+    raise ConfigError(
+        f"policy {ref.name!r}: not built in ({known}), no entry point; give `path` to load a file"
+    )
+
+
+def _from_file(name: str, path: Path) -> type[Any]:
+    spec = importlib.util.spec_from_file_location(f"clustermgr_policy_{name}", path)
+    if spec is None or spec.loader is None:
+        raise ConfigError(f"policy {name!r}: cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except FileNotFoundError:
+        raise ConfigError(f"policy {name!r}: no such file {path}") from None
+    except Exception as exc:
+        raise ConfigError(f"policy {name!r}: {path} failed to load: {exc}") from None
+    for _, obj in inspect.getmembers(module, inspect.isclass):
+        if getattr(obj, "name", None) == name and callable(getattr(obj, "decide", None)):
+            found: type[Any] = obj
+            return found
+    raise ConfigError(f"policy {name!r}: {path} has no class with name = {name!r} and decide()")
+
+
+def load_policy(ref: PolicyRef) -> Policy:
+    cls = policy_class(ref)
+    try:
+        policy = cls(**ref.options)
+    except TypeError as exc:
+        raise ConfigError(f"policy {ref.name!r}: bad options {ref.options}: {exc}") from None
+    if not isinstance(policy, Policy):
+        raise ConfigError(f"policy {ref.name!r}: {cls.__name__} has no decide(view) method")
+    return policy
+
+
+def load_chain(refs: list[PolicyRef]) -> list[Policy]:
+    return [load_policy(ref) for ref in refs]

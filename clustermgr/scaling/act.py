@@ -1,0 +1,319 @@
+"""Carry out a plan: launches, stops, failures. Every action is a recorded transition.
+
+Crash safety: nodes move to LAUNCHING with their request id *before* the cloud call
+commits anything, so a process killed mid-launch leaves a trail the next cycle follows
+(re-issuing the same request id is idempotent at every provider).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from clustermgr.bootstrap import render_user_data
+from clustermgr.catalog import cost
+from clustermgr.config import Settings
+from clustermgr.db.engine import Database
+from clustermgr.db.models import InstanceRun, Node
+from clustermgr.errors import ErrorKind, ProviderError, WorkloadError
+from clustermgr.lifecycle import NodeState, transition
+from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
+from clustermgr.scaling.clamp import LaunchOrder, StopOrder
+from clustermgr.workload.slurm import SlurmCli
+
+log = logging.getLogger(__name__)
+HOLD_REASON = "clustermgr: held until a policy launches it"
+
+
+@dataclass
+class LaunchOutcome:
+    order: LaunchOrder
+    launched: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # node -> (Code:KIND) reason
+    errors: list[LaunchError] = field(default_factory=list)
+
+
+class Actor:
+    def __init__(
+        self,
+        settings: Settings,
+        database: Database,
+        slurm: SlurmCli,
+        providers: Mapping[str, Provider],
+        clock: Callable[[], datetime],
+        actor: str = "cm-scale",
+    ):
+        self.settings = settings
+        self.db = database
+        self.slurm = slurm
+        self.providers = providers
+        self.clock = clock
+        self.actor = actor
+
+    # --- launching ------------------------------------------------------------------------
+
+    def begin_launch(self, order: LaunchOrder) -> None:
+        """Record the intent (LAUNCHING + request id) before any cloud call."""
+        now = self.clock()
+        with self.db.session() as session:
+            for node in self._nodes(session, order.nodes):
+                transition(node, NodeState.LAUNCHING, order.reason, self.actor, now=now)
+                node.request_id = order.request_id
+                node.market = order.market
+                node.instance_id = None
+
+    def launch(self, order: LaunchOrder) -> LaunchOutcome:
+        """Call the provider and bind what started; the rest is failed with its reason."""
+        outcome = LaunchOutcome(order)
+        template = self.settings.template(order.template)
+        provider = self.providers.get(template.provider)
+        if provider is None:
+            error = LaunchError(ErrorKind.OTHER, "ProviderUnavailable", "provider not reachable")
+            return self._fail_all(outcome, error)
+        spec = self.spec(order)
+        try:
+            result = provider.launch(spec, len(order.nodes), order.request_id)
+        except ProviderError as exc:
+            error = LaunchError(exc.kind, exc.code or type(exc).__name__, str(exc.args[0]))
+            return self._fail_all(outcome, error)
+        outcome.errors = list(result.errors)
+        by_node = {
+            i.node_name: i for i in result.instances if i.node_name and i.node_name in order.nodes
+        }
+        self._bind(order, by_node)
+        outcome.launched = sorted(by_node)
+        missing = [n for n in order.nodes if n not in by_node]
+        if missing:
+            first = (
+                result.errors[0]
+                if result.errors
+                else LaunchError(
+                    ErrorKind.OTHER, "Incomplete", "the provider returned fewer instances"
+                )
+            )
+            outcome.failed = {n: first.reason() for n in missing}
+        return outcome
+
+    def spec(self, order: LaunchOrder) -> LaunchSpec:
+        template = self.settings.template(order.template)
+        return LaunchSpec(
+            template=template.name,
+            instance_types=tuple(template.instance_types),
+            image=template.image,
+            node_names=order.nodes,
+            zones=tuple(template.zones),
+            subnets=tuple(template.subnets),
+            security_groups=tuple(template.security_groups),
+            market="spot" if order.market == "spot" else "on-demand",
+            max_spot_price=template.max_spot_price,
+            user_data=render_user_data(self.settings, template),
+            tags={},
+            instance_profile=template.instance_profile,
+            placement_group=template.placement_group,
+            key_name=template.key_name,
+            network=template.network,
+        )
+
+    def _fail_all(self, outcome: LaunchOutcome, error: LaunchError) -> LaunchOutcome:
+        outcome.errors = [error]
+        outcome.failed = {n: error.reason() for n in outcome.order.nodes}
+        return outcome
+
+    def _bind(self, order: LaunchOrder, instances: Mapping[str, CloudInstance]) -> None:
+        if not instances:
+            return
+        now = self.clock()
+        template = self.settings.template(order.template)
+        with self.db.session() as session:
+            for node in self._nodes(session, [n for n in order.nodes if n in instances]):
+                bind_instance(
+                    session,
+                    node,
+                    instances[node.name],
+                    template.name,
+                    now,
+                    self.actor,
+                    self.price_of(order.template, instances[node.name]),
+                )
+
+    def price_of(self, template_name: str, instance: CloudInstance) -> float:
+        template = self.settings.template(template_name)
+        price = template.prices.get(instance.instance_type)
+        if price is None:
+            return 0.0
+        if instance.lifecycle == "spot" and price.spot is not None:
+            return price.spot
+        return price.on_demand
+
+    def tell_slurm_launched(self, order: LaunchOrder, launched: Sequence[str]) -> None:
+        """Addresses first, then (policy mode) release the hold and power the nodes up."""
+        if not launched:
+            return
+        with self.db.session() as session:
+            addresses = {
+                n.name: n.private_address
+                for n in self._nodes(session, launched)
+                if n.private_address
+            }
+        for name, address in sorted(addresses.items()):
+            self.slurm.update_nodes([name], nodeaddr=address, nodehostname=name)
+        template = self.settings.template(order.template)
+        if template.demand_mode == "policy":
+            self.slurm.resume(launched)
+            try:
+                self.slurm.power_up(launched)
+            except WorkloadError as exc:  # already powering up: Slurm allocated them itself
+                log.info("power up %s: %s", launched, exc)
+
+    # --- failing and stopping -------------------------------------------------------------
+
+    def fail(self, reasons: Mapping[str, str], terminate: bool = True) -> None:
+        """Unfixable: terminate the instances, POWER_DOWN_FORCE in Slurm with the reason (jobs
+        requeue at once, nodes return to the pool), and record FAILED -> POWERED_DOWN."""
+        if not reasons:
+            return
+        now = self.clock()
+        with self.db.session() as session:
+            nodes = self._nodes(session, list(reasons))
+            doomed = [(n.provider, n.instance_id) for n in nodes if n.instance_id]
+            for node in nodes:
+                transition(node, NodeState.FAILED, reasons[node.name], self.actor, now=now)
+        if terminate:
+            self._terminate(doomed, "fail")
+        for reason, names in sorted(_group(reasons).items()):
+            self._slurm_quietly(self.slurm.power_down, names, reason, force=True)
+        with self.db.session() as session:
+            for node in self._nodes(session, list(reasons)):
+                release_instance(session, node, now, self._billing(node))
+                transition(node, NodeState.POWERED_DOWN, node.state_reason, self.actor, now=now)
+
+    def stop(self, orders: Sequence[StopOrder]) -> None:
+        if not orders:
+            return
+        now = self.clock()
+        reasons = {o.node: o.reason for o in orders}
+        with self.db.session() as session:
+            nodes = self._nodes(session, list(reasons))
+            doomed = [(n.provider, n.instance_id) for n in nodes if n.instance_id]
+            for node in nodes:
+                transition(node, NodeState.STOPPING, reasons[node.name], self.actor, now=now)
+        for reason, names in _group(reasons).items():
+            self._slurm_quietly(self.slurm.power_down, names, reason, force=False)
+        self.finish_stopping(list(reasons), doomed)
+
+    def finish_stopping(
+        self, names: Sequence[str], doomed: Sequence[tuple[str | None, str | None]]
+    ) -> None:
+        """Terminate and, once the provider accepted it, record POWERED_DOWN."""
+        terminated = self._terminate(doomed, "stop")
+        now = self.clock()
+        with self.db.session() as session:
+            for node in self._nodes(session, names):
+                if node.instance_id and node.instance_id not in terminated:
+                    continue  # stays STOPPING; the reconciler tries again
+                release_instance(session, node, now, self._billing(node))
+                transition(node, NodeState.POWERED_DOWN, node.state_reason, self.actor, now=now)
+
+    def _terminate(self, doomed: Sequence[tuple[str | None, str | None]], why: str) -> set[str]:
+        by_provider: dict[str, list[str]] = {}
+        for provider_name, instance_id in doomed:
+            if provider_name and instance_id:
+                by_provider.setdefault(provider_name, []).append(instance_id)
+        done: set[str] = set()
+        for name, ids in by_provider.items():
+            provider = self.providers.get(name)
+            if provider is None:
+                continue
+            try:
+                provider.terminate(ids, f"{why}-{self.clock():%Y%m%d%H%M%S}")
+                done.update(ids)
+            except ProviderError as exc:
+                log.warning("terminate on %s failed: %s", name, exc)
+        return done
+
+    def hold(self, names: Sequence[str], reason: str = HOLD_REASON) -> None:
+        """Keep powered-down policy-mode nodes out of scheduling (DRAIN with a reason)."""
+        if names:
+            self._slurm_quietly(self.slurm.drain, names, reason)
+
+    def _slurm_quietly(
+        self, action: Callable[..., None], names: Sequence[str], *args: object, **kwargs: object
+    ) -> None:
+        try:
+            action(sorted(names), *args, **kwargs)
+        except WorkloadError as exc:
+            log.warning("%s %s: %s", getattr(action, "__name__", "slurm"), names, exc)
+
+    def _billing(self, node: Node) -> tuple[int, int]:
+        if node.provider:
+            return self.settings.provider(node.provider).billing
+        return (1, 0)
+
+    def _nodes(self, session: Session, names: Sequence[str]) -> list[Node]:
+        if not names:
+            return []
+        return list(
+            session.scalars(select(Node).where(Node.name.in_(list(names))).order_by(Node.name))
+        )
+
+
+def bind_instance(
+    session: Session,
+    node: Node,
+    instance: CloudInstance,
+    template: str,
+    now: datetime,
+    actor: str,
+    hourly_price: float,
+) -> None:
+    node.instance_id = instance.instance_id
+    node.instance_type = instance.instance_type
+    node.private_address = instance.private_address
+    node.market = instance.lifecycle
+    node.launched_at = instance.launch_time or now
+    transition(
+        node,
+        NodeState.BOOTING,
+        f"instance {instance.instance_id} ({instance.instance_type}) started",
+        actor,
+        now=now,
+    )
+    session.add(
+        InstanceRun(
+            node=node.name,
+            template=template,
+            provider=node.provider or "",
+            instance_id=instance.instance_id,
+            instance_type=instance.instance_type,
+            market=instance.lifecycle,
+            hourly_price=hourly_price,
+            started_at=node.launched_at,
+        )
+    )
+
+
+def release_instance(session: Session, node: Node, now: datetime, billing: tuple[int, int]) -> None:
+    """Close the node's cost record (billed by its provider's rule) and forget its instance."""
+    if node.instance_id:
+        run = session.scalars(
+            select(InstanceRun).where(InstanceRun.instance_id == node.instance_id)
+        ).first()
+        if run is not None and run.ended_at is None:
+            run.ended_at = now
+            run.cost = cost(billing, run.hourly_price, (now - run.started_at).total_seconds())
+    node.instance_id = None
+    node.private_address = None
+    node.request_id = None
+    node.idle_since = None
+
+
+def _group(reasons: Mapping[str, str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for node, reason in reasons.items():
+        grouped.setdefault(reason, []).append(node)
+    return grouped

@@ -1,0 +1,124 @@
+"""clamp(decision) -> Plan: the policies' wishes cut to what may and can happen.
+
+Limits applied, in order: the Slurm node slots that exist and are powered down, the
+template's max_nodes, the provider's max_instances. Every cut is noted in the plan.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections import Counter
+from dataclasses import dataclass, field
+
+from clustermgr.config import Settings
+from clustermgr.lifecycle import NodeState
+from clustermgr.policy.base import Launch, Refusal, ScaleDecision
+from clustermgr.scaling.view import ClusterView
+
+LAUNCHABLE = (NodeState.POWERED_DOWN, NodeState.REQUESTED)
+STOPPABLE = (NodeState.UP, NodeState.DRAINING)
+
+
+@dataclass(frozen=True)
+class LaunchOrder:
+    template: str
+    nodes: tuple[str, ...]
+    market: str
+    request_id: str
+    reason: str
+    jobs: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class StopOrder:
+    node: str
+    reason: str
+
+
+@dataclass
+class Plan:
+    launches: list[LaunchOrder] = field(default_factory=list)
+    stops: list[StopOrder] = field(default_factory=list)
+    refusals: list[Refusal] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+    unfit: dict[str, str] = field(default_factory=dict)
+    held: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def empty(self) -> bool:
+        return not (self.launches or self.stops)
+
+
+def new_request_id() -> str:
+    return f"r-{uuid.uuid4().hex[:16]}"
+
+
+def clamp(decision: ScaleDecision, view: ClusterView, settings: Settings) -> Plan:
+    plan = Plan(
+        refusals=list(decision.refusals),
+        notes=list(decision.notes),
+        unfit=dict(decision.unfit),
+        held=dict(decision.held),
+    )
+    provider_active = Counter(
+        view.templates[n.template].provider
+        for n in view.active_nodes()
+        if n.template is not None and n.template in view.templates
+    )
+    provider_limit = {p.name: p.max_instances for p in settings.providers}
+    taken: set[str] = set()
+    for launch in decision.launches:
+        if launch.count <= 0 and not launch.nodes:
+            continue
+        template = view.templates[launch.template]
+        nodes = _pick_nodes(launch, view, taken)
+        room = (
+            template.max_nodes
+            - len(view.active_nodes(template.name))
+            - _planned(plan, template.name)
+        )
+        limit = provider_limit.get(template.provider)
+        if limit is not None:
+            room = min(room, limit - provider_active[template.provider])
+        if len(nodes) > room:
+            plan.notes.append(
+                f"clamp: {launch.template}: {len(nodes) - max(room, 0)} of {len(nodes)} launches "
+                f"cut by max_nodes/max_instances"
+            )
+            nodes = nodes[: max(room, 0)]
+        if len(nodes) < launch.count and not launch.nodes:
+            plan.notes.append(
+                f"clamp: {launch.template}: only {len(nodes)} of {launch.count} wanted nodes "
+                "have a powered-down slot"
+            )
+        if not nodes:
+            continue
+        taken.update(nodes)
+        provider_active[template.provider] += len(nodes)
+        plan.launches.append(
+            LaunchOrder(
+                template=launch.template,
+                nodes=tuple(nodes),
+                market=launch.market or template.market,
+                request_id=new_request_id(),
+                reason=launch.reason,
+                jobs=launch.jobs,
+            )
+        )
+    for stop in decision.stops:
+        node = view.nodes[stop.node]
+        if node.state in STOPPABLE and stop.node not in taken:
+            plan.stops.append(StopOrder(stop.node, stop.reason))
+            taken.add(stop.node)
+    return plan
+
+
+def _planned(plan: Plan, template: str) -> int:
+    return sum(len(order.nodes) for order in plan.launches if order.template == template)
+
+
+def _pick_nodes(launch: Launch, view: ClusterView, taken: set[str]) -> list[str]:
+    if launch.nodes:
+        return [n for n in launch.nodes if n not in taken and view.nodes[n].state in LAUNCHABLE]
+    free = [n for n in view.free_slots(launch.template) if n not in taken]
+    return free[: launch.count]

@@ -1,0 +1,82 @@
+"""Does a pending job fit a template? One place, used by policies and `policy dry-run`."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+
+from clustermgr.scaling.view import TemplateView
+from clustermgr.workload.base import PendingJob
+
+# Pending reasons that mean "not enough nodes" (Slurm's own reason strings).
+RESOURCE_REASONS = frozenset(
+    {
+        "Resources",
+        "Priority",
+        "ReqNodeNotAvail",
+        "NodeDown",
+        "PartitionNodeLimit",
+        "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions",
+        "PowerUpNodes",
+        "Reservation",
+    }
+)
+
+
+def lacks_resources(job: PendingJob) -> bool:
+    head = job.reason.split(",")[0].strip()
+    return job.reason in RESOURCE_REASONS or head in RESOURCE_REASONS
+
+
+def required_features(constraint: tuple[str, ...]) -> set[str]:
+    """Features a job demands; '&' and ',' join required ones, '|' choices are not required."""
+    required: set[str] = set()
+    for part in constraint:
+        if "|" in part:
+            continue
+        for word in re.split(r"[&,\[\]()]+", part):
+            feature = word.split("*", 1)[0].strip()  # "rack1*2": two nodes with rack1
+            if feature:
+                required.add(feature)
+    return required
+
+
+def why_not(job: PendingJob, template: TemplateView) -> str | None:
+    """None when one node of `template` can run one node's share of `job`, else the reason."""
+    if job.cpus_per_node > template.cpus:
+        return f"needs {job.cpus_per_node} CPUs per node, {template.name} has {template.cpus}"
+    if job.memory_per_node_mb > template.memory_mb:
+        return (
+            f"needs {job.memory_per_node_mb} MB per node, {template.name} has "
+            f"{template.memory_mb} MB"
+        )
+    gpus = job.gpus_per_node or (math.ceil(job.gpus_per_job / max(job.nodes, 1)))
+    if gpus > template.gpus:
+        return f"needs {gpus} GPUs per node, {template.name} has {template.gpus}"
+    if gpus and job.gpu_model and job.gpu_model != template.gpu_model:
+        return f"needs GPU model {job.gpu_model}, {template.name} has {template.gpu_model}"
+    missing = required_features(job.features) - template.features
+    if missing:
+        return f"needs features {','.join(sorted(missing))}, {template.name} lacks them"
+    if job.nodes > template.max_nodes:
+        return f"needs {job.nodes} nodes, {template.name} allows at most {template.max_nodes}"
+    return None
+
+
+def serving_templates(job: PendingJob, templates: Mapping[str, TemplateView]) -> list[TemplateView]:
+    partitions = set(job.partition.split(","))
+    return [t for t in templates.values() if t.partition in partitions]
+
+
+def copies_per_node(job: PendingJob, template: TemplateView) -> int:
+    """How many one-node jobs like `job` a node of `template` runs at once."""
+    if job.nodes != 1:
+        return 1
+    limits = [template.cpus // max(job.cpus_per_node, 1)]
+    if job.memory_per_node_mb:
+        limits.append(template.memory_mb // job.memory_per_node_mb)
+    gpus = job.gpus_per_node or job.gpus_per_job
+    if gpus:
+        limits.append(template.gpus // gpus)
+    return max(1, min(limits))

@@ -1,0 +1,137 @@
+"""ClusterView: everything a policy may look at, as pure data (no I/O, no sessions)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from clustermgr.lifecycle import ACTIVE_CLOUD_STATES, NodeState
+from clustermgr.policy.base import ScaleDecision
+from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
+
+
+@dataclass(frozen=True)
+class PriceView:
+    on_demand: float | None
+    spot: float | None
+
+    def hourly(self, market: str) -> float | None:
+        if market == "spot" and self.spot is not None:
+            return self.spot
+        return self.on_demand
+
+
+@dataclass(frozen=True)
+class TemplateView:
+    name: str
+    provider: str
+    provider_type: str
+    region: str
+    partition: str
+    instance_types: tuple[str, ...]
+    cpus: int
+    memory_mb: int
+    gpus: int
+    gpu_model: str | None
+    features: frozenset[str]
+    max_nodes: int
+    market: str
+    demand_mode: str
+    boot_timeout_s: float
+    prices: Mapping[str, PriceView] = field(default_factory=dict)
+    billing_increment_s: int = 1
+    billing_minimum_s: int = 60
+
+    def hourly_price(self, market: str | None = None, instance_type: str | None = None) -> float:
+        """$/hour of one node (first instance type unless named); 0 when no price is set."""
+        price = self.prices.get(instance_type or self.instance_types[0])
+        value = price.hourly(market or self.market) if price else None
+        return value or 0.0
+
+
+@dataclass(frozen=True)
+class NodeView:
+    name: str
+    kind: str
+    state: NodeState
+    template: str | None
+    slurm: WorkloadNode | None
+    instance_id: str | None = None
+    instance_type: str | None = None
+    market: str | None = None
+    request_id: str | None = None
+    launched_at: datetime | None = None
+    state_since: datetime | None = None
+    idle_since: datetime | None = None
+    jobs_end: datetime | None = None  # latest time-limit end of the jobs running on it
+
+    @property
+    def is_burst(self) -> bool:
+        return self.kind == "cloud"
+
+    @property
+    def idle(self) -> bool:
+        return (
+            self.state is NodeState.UP
+            and self.slurm is not None
+            and self.slurm.state == "IDLE"
+            and not self.slurm.powering_up
+        )
+
+
+@dataclass(frozen=True)
+class LaunchFailure:
+    template: str
+    kind: str  # ErrorKind value
+    market: str
+    at: datetime
+
+
+@dataclass(frozen=True)
+class ClusterView:
+    now: datetime
+    templates: Mapping[str, TemplateView]
+    nodes: Mapping[str, NodeView]
+    pending: Sequence[PendingJob] = ()
+    running: Sequence[RunningJob] = ()
+    resume_requests: Mapping[str, Sequence[str]] = field(default_factory=dict)  # node -> jobs
+    failures: Sequence[LaunchFailure] = ()
+    month_spend: float = 0.0  # $ spent this calendar month on finished nodes
+    proposed: ScaleDecision = field(default_factory=ScaleDecision)
+
+    def burst_nodes(
+        self, state: NodeState | None = None, template: str | None = None
+    ) -> list[NodeView]:
+        return [
+            node
+            for node in self.nodes.values()
+            if node.is_burst
+            and (state is None or node.state is state)
+            and (template is None or node.template == template)
+        ]
+
+    def active_nodes(self, template: str | None = None) -> list[NodeView]:
+        """Cloud nodes holding (or about to hold) a billed instance."""
+        return [n for n in self.burst_nodes(template=template) if n.state in ACTIVE_CLOUD_STATES]
+
+    def free_slots(self, template: str) -> list[str]:
+        """Powered-down slot names of a template, in name order (the order launches use)."""
+        return sorted(n.name for n in self.burst_nodes(NodeState.POWERED_DOWN, template) if n.slurm)
+
+    def hourly_rate(self) -> float:
+        """$/hour of every active cloud node now."""
+        total = 0.0
+        for node in self.active_nodes():
+            template = self.templates.get(node.template or "")
+            if template:
+                total += template.hourly_price(node.market, node.instance_type)
+        return total
+
+    def pending_age(self, job: PendingJob) -> timedelta:
+        return self.now - job.submit_time if job.submit_time else timedelta(0)
+
+    def with_proposed(self, decision: ScaleDecision) -> ClusterView:
+        from dataclasses import replace
+
+        return replace(self, proposed=decision)

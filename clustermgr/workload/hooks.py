@@ -1,0 +1,178 @@
+"""Slurm power-save hooks: ResumeProgram, SuspendProgram, ResumeFailProgram.
+
+They run as SlurmUser on the active controller, so they must be fast and never block:
+each validates the node names against the config's templates (raw TOML, no pydantic),
+writes one JSON request file into the spool directory (atomic rename), pokes the daemon's
+socket if it is there, and returns. No cloud API call, no database import.
+
+Spool layout: <state_dir>/spool/<time>-<pid>-<kind>.json, {"kind", "nodes", "jobs", "at"}.
+The directory is created by `cm-scale` (mode 1733 so SlurmUser can drop files in it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import time
+import tomllib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from clustermgr.errors import ConfigError, UsageError
+from clustermgr.hostlists import HostlistError, compress, expand
+
+HOOK_KINDS = ("resume", "suspend", "resume-fail")
+SPOOL = "spool"
+SOCKET = "cm-scale.sock"
+
+
+@dataclass(frozen=True)
+class HookRequest:
+    kind: str
+    nodes: tuple[str, ...]
+    jobs: Mapping[str, tuple[str, ...]]  # job id -> its nodes (from SLURM_RESUME_FILE)
+    at: float
+    path: Path | None = None
+
+
+def raw_hook_config(path: Path) -> tuple[Path, dict[str, str]]:
+    """(state_dir, node name -> template) read straight from the TOML file."""
+    try:
+        data: dict[str, Any] = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: no such config file") from None
+    except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: cannot read config: {exc}") from None
+    state_dir = Path(data.get("daemon", {}).get("state_dir", "/var/lib/clustermgr"))
+    owners: dict[str, str] = {}
+    for template in data.get("templates", []):
+        try:
+            for name in expand(str(template.get("nodes", ""))):
+                owners[name] = str(template.get("name"))
+        except HostlistError as exc:
+            raise ConfigError(f"{path}: template {template.get('name')!r}: {exc}") from None
+    return state_dir, owners
+
+
+def parse_resume_file(text: str) -> dict[str, tuple[str, ...]]:
+    """SLURM_RESUME_FILE: {"jobs": [{"job_id": 1, "nodes": "c[1-2]"}], "all_nodes": ...}."""
+    try:
+        data = json.loads(text)
+        return {
+            str(job["job_id"]): tuple(expand(str(job.get("nodes", ""))))
+            for job in data.get("jobs", [])
+        }
+    except (ValueError, KeyError, TypeError, AttributeError, HostlistError):
+        return {}  # the file is an optimisation; the hostlist argument is authoritative
+
+
+def record(
+    kind: str,
+    hostlist: str,
+    config_path: Path,
+    resume_file: str | None = None,
+) -> HookRequest:
+    """Validate, write the spool file, poke the daemon. Raises UsageError on foreign names."""
+    if kind not in HOOK_KINDS:
+        raise UsageError(f"unknown hook kind {kind!r}")
+    try:
+        nodes = expand(hostlist)
+    except HostlistError as exc:
+        raise UsageError(f"{hostlist!r} is not a Slurm hostlist: {exc}") from None
+    if not nodes:
+        raise UsageError("no node names given")
+    state_dir, owners = raw_hook_config(config_path)
+    foreign = [n for n in nodes if n not in owners]
+    if foreign:
+        raise UsageError(f"not cloud nodes of any template: {compress(foreign)} (nothing recorded)")
+    jobs: dict[str, tuple[str, ...]] = {}
+    if resume_file:
+        try:
+            jobs = parse_resume_file(Path(resume_file).read_text())
+        except OSError:
+            jobs = {}
+    request = HookRequest(kind=kind, nodes=tuple(nodes), jobs=jobs, at=time.time())
+    path = write_request(state_dir / SPOOL, request)
+    poke(state_dir / SOCKET)
+    return HookRequest(request.kind, request.nodes, request.jobs, request.at, path)
+
+
+def write_request(spool: Path, request: HookRequest) -> Path:
+    stem = f"{request.at:.6f}-{os.getpid()}-{request.kind}"
+    final = spool / f"{stem}.json"
+    partial = spool / f".{stem}.tmp"
+    payload = {
+        "kind": request.kind,
+        "nodes": list(request.nodes),
+        "jobs": {job: list(nodes) for job, nodes in request.jobs.items()},
+        "at": request.at,
+    }
+    try:
+        with open(partial, "w") as handle:
+            json.dump(payload, handle)
+        os.replace(partial, final)
+    except OSError as exc:
+        raise ConfigError(
+            f"cannot write the request into {spool}: {exc.strerror} "
+            "(cm-scale creates it; is it running, and is [daemon] state_dir the same?)"
+        ) from None
+    return final
+
+
+def poke(socket_path: Path) -> None:
+    """Wake the daemon early; harmless when it is not listening."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.setblocking(False)
+            sock.sendto(b"wake", str(socket_path))
+    except OSError:
+        pass
+
+
+def read_requests(spool: Path) -> list[HookRequest]:
+    """Every complete request file in the spool, oldest first (unreadable ones skipped)."""
+    found: list[HookRequest] = []
+    try:
+        entries = sorted(p for p in spool.iterdir() if p.suffix == ".json")
+    except FileNotFoundError:
+        return []
+    for path in entries:
+        try:
+            data = json.loads(path.read_text())
+            found.append(
+                HookRequest(
+                    kind=str(data["kind"]),
+                    nodes=tuple(str(n) for n in data["nodes"]),
+                    jobs={str(j): tuple(n) for j, n in dict(data.get("jobs", {})).items()},
+                    at=float(data["at"]),
+                    path=path,
+                )
+            )
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+    return found
+
+
+def consume(requests: Iterable[HookRequest]) -> None:
+    for request in requests:
+        if request.path is not None:
+            request.path.unlink(missing_ok=True)
+
+
+def ensure_spool(state_dir: Path) -> Path:
+    """Create the spool so that SlurmUser may add files (sticky, world-writable, no listing)."""
+    spool = state_dir / SPOOL
+    spool.mkdir(parents=True, exist_ok=True)
+    os.chmod(spool, 0o1733)  # noqa: S103 - SlurmUser drops requests; sticky, unlistable
+    state_dir.chmod(state_dir.stat().st_mode | 0o011)  # others may traverse, not list
+    return spool
+
+
+def summarize(requests: Sequence[HookRequest]) -> str:
+    kinds: dict[str, list[str]] = {}
+    for request in requests:
+        kinds.setdefault(request.kind, []).extend(request.nodes)
+    return "; ".join(f"{kind} {compress(nodes)}" for kind, nodes in sorted(kinds.items()))

@@ -1,0 +1,166 @@
+"""Compact squeue queries and their parsers.
+
+`squeue --json` on Slurm 22.05 ignores --states and costs ~3 KB per job, so the queue is
+read with `--Format` fields separated by tabs (free-text fields such as the reason and
+features never hold a tab). A pending array is one line; its task count comes from the
+ArrayTaskID range (`1-1000%10` counts 10 at a time), never from expanding it.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime
+
+from clustermgr.errors import WorkloadError
+from clustermgr.workload.base import PendingJob, RunningJob
+
+TAB = "\t"
+PENDING_FIELDS = (
+    "JobArrayID",
+    "ArrayTaskID",
+    "Partition",
+    "NumNodes",
+    "NumTasks",
+    "tres-alloc",
+    "tres-per-node",
+    "tres-per-job",
+    "Feature",
+    "TimeLimit",
+    "SubmitTime",
+    "StartTime",
+    "UserName",
+    "Requeue",
+    "Reason",
+)
+PENDING_FORMAT = ",".join(f"{name}:{TAB}" for name in PENDING_FIELDS)
+RUNNING_FIELDS = ("JobArrayID", "NodeList", "EndTime")
+RUNNING_FORMAT = ",".join(f"{name}:{TAB}" for name in RUNNING_FIELDS)
+
+_GRES = re.compile(r"gpu(?::(?P<model>[A-Za-z][\w.-]*))?:(?P<count>\d+)")
+_MEM = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[KMGT]?)$")
+_MEM_UNITS = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
+
+
+def parse_pending(text: str) -> list[PendingJob]:
+    jobs = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        fields = line.split(TAB)
+        if len(fields) < len(PENDING_FIELDS):
+            raise WorkloadError(
+                f"squeue line {number}: {len(fields)} fields, expected {len(PENDING_FIELDS)}"
+            )
+        try:
+            jobs.append(_pending(dict(zip(PENDING_FIELDS, fields, strict=False))))
+        except (ValueError, KeyError) as exc:
+            raise WorkloadError(
+                f"squeue line {number}: cannot parse {line[:80]!r}: {exc}"
+            ) from None
+    return jobs
+
+
+def _pending(f: dict[str, str]) -> PendingJob:
+    tres = dict(item.split("=", 1) for item in f["tres-alloc"].split(",") if "=" in item)
+    nodes = max(1, int(tres.get("node") or f["NumNodes"] or 1))
+    cpus = int(tres.get("cpu", "1"))
+    model_node, gpus_node = _gpus(f["tres-per-node"])
+    model_job, gpus_job = _gpus(f["tres-per-job"])
+    features = f["Feature"].strip()
+    return PendingJob(
+        job_id=f["JobArrayID"].strip(),
+        partition=f["Partition"].strip(),
+        nodes=nodes,
+        tasks=int(f["NumTasks"] or 1),
+        cpus_per_node=math.ceil(cpus / nodes),
+        memory_per_node_mb=math.ceil(memory_mb(tres.get("mem", "0")) / nodes),
+        gpus_per_node=gpus_node,
+        gpu_model=model_node or model_job,
+        gpus_per_job=gpus_job,
+        features=() if features in ("", "(null)") else (features,),
+        time_limit_min=time_limit_minutes(f["TimeLimit"]),
+        submit_time=timestamp(f["SubmitTime"]),
+        reason=f["Reason"].strip(),
+        estimated_start=timestamp(f["StartTime"]),
+        array_tasks=array_task_count(f["ArrayTaskID"]),
+        user=f["UserName"].strip(),
+        requeue=f["Requeue"].strip() != "0",
+    )
+
+
+def parse_running(text: str) -> list[RunningJob]:
+    from clustermgr.hostlists import expand
+
+    jobs = []
+    for line in text.splitlines():
+        fields = line.split(TAB)
+        if len(fields) < len(RUNNING_FIELDS) or not fields[0].strip():
+            continue
+        nodelist = fields[1].strip()
+        jobs.append(
+            RunningJob(
+                job_id=fields[0].strip(),
+                nodes=tuple(expand(nodelist)) if nodelist and nodelist != "(null)" else (),
+                end_time=timestamp(fields[2]),
+            )
+        )
+    return jobs
+
+
+def _gpus(text: str) -> tuple[str | None, int]:
+    found = _GRES.search(text or "")
+    if not found:
+        return None, 0
+    return found["model"], int(found["count"])
+
+
+def memory_mb(text: str) -> int:
+    found = _MEM.match(text.strip())
+    if not found:
+        return 0
+    return math.ceil(float(found["n"]) * _MEM_UNITS[found["unit"]])
+
+
+def array_task_count(text: str) -> int:
+    """'N/A' -> 1; '1-1000' -> 1000; '1-1000%10' -> 10; '1,3,5-7' -> 5; '0-99:2' -> 50."""
+    text = text.strip()
+    if not text or text == "N/A":
+        return 1
+    spec, _, throttle = text.partition("%")
+    total = 0
+    for part in spec.split(","):
+        bounds, _, step = part.partition(":")
+        low, _, high = bounds.partition("-")
+        if not low.isdigit():
+            return 1
+        top = int(high) if high.isdigit() else int(low)
+        total += (top - int(low)) // (int(step) if step.isdigit() and int(step) else 1) + 1
+    if throttle.isdigit() and int(throttle) > 0:
+        total = min(total, int(throttle))
+    return max(total, 1)
+
+
+def time_limit_minutes(text: str) -> int | None:
+    """'UNLIMITED' -> None; '30:00' -> 30; '2:00:00' -> 120; '1-02:00:00' -> 1560."""
+    text = text.strip()
+    if not text or text in ("UNLIMITED", "NOT_SET", "N/A", "INVALID"):
+        return None
+    days = 0
+    if "-" in text:
+        day_text, text = text.split("-", 1)
+        days = int(day_text)
+    parts = [int(p) for p in text.split(":")]
+    hours, minutes, seconds = [0, 0, 0, *parts][-3:]
+    return days * 1440 + hours * 60 + minutes + (1 if seconds else 0)
+
+
+def timestamp(text: str) -> datetime | None:
+    text = text.strip()
+    if not text or text in ("N/A", "Unknown", "None", "(null)"):
+        return None
+    try:
+        local = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return local.astimezone(UTC) if local.tzinfo is None else local

@@ -1,0 +1,269 @@
+"""The built-in policies on hand-made views: pure data in, a decision out."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from clustermgr.config import PolicyRef
+from clustermgr.errors import ConfigError
+from clustermgr.lifecycle import NodeState
+from clustermgr.policy.base import Launch, ScaleDecision
+from clustermgr.policy.chain import PolicyRunner
+from clustermgr.policy.loader import load_chain, load_policy
+from clustermgr.scaling.view import ClusterView, LaunchFailure, NodeView, PriceView, TemplateView
+from clustermgr.workload.base import PendingJob, WorkloadNode
+
+NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def template(name: str = "gpu", **kw: object) -> TemplateView:
+    base = TemplateView(
+        name=name,
+        provider="aws1",
+        provider_type="aws",
+        region="us-east-1",
+        partition="cloud",
+        instance_types=("p4d.24xlarge",),
+        cpus=8,
+        memory_mb=64000,
+        gpus=8,
+        gpu_model="a100",
+        features=frozenset({"a100", "aws1", "us-east-1", name}),
+        max_nodes=4,
+        market="on-demand",
+        demand_mode="policy",
+        boot_timeout_s=600,
+        prices={"p4d.24xlarge": PriceView(30.0, 10.0)},
+        billing_increment_s=1,
+        billing_minimum_s=60,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def slot(name: str, state: NodeState = NodeState.POWERED_DOWN, **kw: object) -> NodeView:
+    slurm = WorkloadNode(name, "IDLE", frozenset({"CLOUD", "POWERED_DOWN"}))
+    if state is NodeState.UP:
+        slurm = WorkloadNode(name, "IDLE", frozenset({"CLOUD"}))
+    base = NodeView(name=name, kind="cloud", state=state, template="gpu", slurm=slurm)
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def job(job_id: str, **kw: object) -> PendingJob:
+    base = PendingJob(
+        job_id=job_id,
+        partition="cloud",
+        nodes=1,
+        tasks=1,
+        cpus_per_node=8,
+        memory_per_node_mb=1000,
+        gpus_per_node=8,
+        gpu_model=None,
+        gpus_per_job=0,
+        features=(),
+        time_limit_min=60,
+        submit_time=NOW - timedelta(minutes=5),
+        reason="Resources",
+        estimated_start=None,
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def view(nodes: list[NodeView], pending: list[PendingJob], **kw: object) -> ClusterView:
+    base = ClusterView(
+        now=NOW,
+        templates={"gpu": template()},
+        nodes={n.name: n for n in nodes},
+        pending=tuple(pending),
+    )
+    return replace(base, **kw)  # type: ignore[arg-type]
+
+
+def run(policies: list[PolicyRef], v: ClusterView) -> ScaleDecision:
+    result = PolicyRunner(load_chain(policies), 2.0).run(v)
+    assert result.error is None, result.error
+    return result.decision
+
+
+SLOTS = [slot(f"g{i}") for i in range(1, 5)]
+
+
+def test_queue_depth_counts_fitting_jobs_and_lists_unfit_ones() -> None:
+    pending = [
+        job("1"),
+        job("2", nodes=2),
+        job("3", gpus_per_node=16),
+        job("4", reason="JobHeldUser"),
+        job("5", partition="batch"),
+        job("6", features=("v100",)),
+    ]
+    decision = run([PolicyRef(name="queue_depth")], view(SLOTS, pending))
+    [launch] = decision.launches
+    assert (launch.template, launch.count, launch.jobs) == ("gpu", 3, ("1", "2"))
+    assert decision.unfit["3"] == "needs 16 GPUs per node, gpu has 8"
+    assert decision.unfit["6"] == "needs features v100, gpu lacks them"
+    assert "4" not in decision.unfit and "5" not in decision.unfit
+
+
+def test_queue_depth_subtracts_coming_and_idle_nodes_and_respects_age() -> None:
+    nodes = [slot("g1", NodeState.BOOTING), slot("g2", NodeState.UP), *SLOTS[2:]]
+    pending = [job(str(i)) for i in range(3)]
+    decision = run([PolicyRef(name="queue_depth")], view(nodes, pending))
+    assert decision.launching() == 1
+    young = run(
+        [PolicyRef(name="queue_depth", options={"min_pending_s": 600})], view(SLOTS, pending)
+    )
+    assert young.launches == ()
+
+
+def test_queue_depth_packs_small_jobs_and_counts_array_tasks() -> None:
+    pending = [job("7_[1-10]", gpus_per_node=1, cpus_per_node=1, array_tasks=10)]
+    decision = run([PolicyRef(name="queue_depth")], view(SLOTS, pending))
+    assert decision.launching() == 2  # 8 one-GPU tasks per 8-GPU node
+
+
+def test_idle_timeout_waits_for_the_limit_and_the_paid_period() -> None:
+    idle = slot(
+        "g1",
+        NodeState.UP,
+        idle_since=NOW - timedelta(minutes=11),
+        launched_at=NOW - timedelta(minutes=40),
+    )
+    fresh = slot(
+        "g2",
+        NodeState.UP,
+        idle_since=NOW - timedelta(minutes=2),
+        launched_at=NOW - timedelta(minutes=40),
+    )
+    decision = run(
+        [PolicyRef(name="idle_timeout", options={"minutes": 10})], view([idle, fresh], [])
+    )
+    assert [s.node for s in decision.stops] == ["g1"]
+    hourly = {"gpu": template(billing_increment_s=3600, billing_minimum_s=3600)}
+    kept = run(
+        [PolicyRef(name="idle_timeout", options={"minutes": 10})],
+        view([idle], [], templates=hourly),
+    )
+    assert kept.stops == ()  # 20 paid minutes left in the hour
+    late = replace(idle, launched_at=NOW - timedelta(minutes=59))
+    stopped = run([PolicyRef(name="idle_timeout")], view([late], [], templates=hourly))
+    assert [s.node for s in stopped.stops] == ["g1"]
+
+
+def test_min_max_keeps_warm_nodes_and_caps_launches() -> None:
+    warm = run([PolicyRef(name="min_max", options={"template": "gpu", "min": 2})], view(SLOTS, []))
+    assert warm.launching("gpu") == 2
+    pending = [job(str(i)) for i in range(4)]
+    capped = run(
+        [
+            PolicyRef(name="queue_depth"),
+            PolicyRef(name="min_max", options={"template": "gpu", "max": 1}),
+        ],
+        view(SLOTS, pending),
+    )
+    assert capped.launching("gpu") == 1 and "at most 1" in capped.refusals[0].reason
+
+
+def test_budget_cap_counts_running_rate_and_committed_cost() -> None:
+    running = slot(
+        "g1",
+        NodeState.UP,
+        launched_at=NOW - timedelta(minutes=30),
+        jobs_end=NOW + timedelta(hours=2),
+        market="on-demand",
+    )
+    pending = [job(str(i)) for i in range(3)]
+    chain = [PolicyRef(name="queue_depth"), PolicyRef(name="budget_cap", options={"hourly": 70})]
+    decision = run(chain, view([running, *SLOTS[1:]], pending))
+    assert decision.launching() == 1  # $30/h running + 1 x $30/h <= $70/h
+    assert "budget_cap: 1 of 2 nodes refused" in decision.refusals[0].reason
+    monthly = [
+        PolicyRef(name="queue_depth"),
+        PolicyRef(name="budget_cap", options={"monthly": 100}),
+    ]
+    month = run(monthly, view([running, *SLOTS[1:]], pending, month_spend=20))
+    # committed: $20 spent + $30/h x 2.5 h = $95, so not even one more hour of $30 fits
+    assert month.launching() == 0
+
+
+def test_onprem_first_holds_jobs_that_start_soon() -> None:
+    soon = job("1", estimated_start=NOW + timedelta(minutes=5))
+    later = job("2", estimated_start=NOW + timedelta(hours=3))
+    chain = [PolicyRef(name="onprem_first", options={"minutes": 15}), PolicyRef(name="queue_depth")]
+    decision = run(chain, view(SLOTS, [soon, later]))
+    assert decision.launches[0].jobs == ("2",) and "1" in decision.held
+
+
+def test_spot_fallback_after_capacity_failure_or_long_wait() -> None:
+    spot = {"gpu": template(market="spot")}
+    chain = [
+        PolicyRef(name="queue_depth"),
+        PolicyRef(name="spot_fallback", options={"wait_min": 10}),
+    ]
+    assert run(chain, view(SLOTS, [job("1")], templates=spot)).launches[0].market == "spot"
+    failed = [LaunchFailure("gpu", "CAPACITY", "spot", NOW - timedelta(minutes=3))]
+    after = run(chain, view(SLOTS, [job("1")], templates=spot, failures=failed))
+    assert after.launches[0].market == "on-demand"
+    waited = job("1", submit_time=NOW - timedelta(minutes=30))
+    assert run(chain, view(SLOTS, [waited], templates=spot)).launches[0].market == "on-demand"
+
+
+class Raises:
+    name = "raises"
+
+    def decide(self, view: ClusterView) -> ScaleDecision:
+        raise RuntimeError("boom")
+
+
+class Hangs:
+    name = "hangs"
+
+    def decide(self, view: ClusterView) -> ScaleDecision:
+        time.sleep(5)
+        return view.proposed
+
+
+class Garbage:
+    name = "garbage"
+
+    def decide(self, view: ClusterView) -> object:
+        return {"launch": 5}
+
+
+class UnknownTemplate:
+    name = "unknown"
+
+    def decide(self, view: ClusterView) -> ScaleDecision:
+        return view.proposed.add(Launch("nope", 1, "x"))
+
+
+@pytest.mark.parametrize(
+    ("bad", "message"),
+    [
+        (Raises(), "policy raises: raised RuntimeError: boom"),
+        (Hangs(), "policy hangs: did not decide within 0.3 s"),
+        (Garbage(), "policy garbage: returned dict, not a ScaleDecision"),
+        (UnknownTemplate(), "policy unknown: launch names unknown template 'nope'"),
+    ],
+)
+def test_a_failing_policy_voids_the_cycle_and_is_named(bad: object, message: str) -> None:
+    chain = [*load_chain([PolicyRef(name="queue_depth")]), bad]
+    result = PolicyRunner(chain, 0.3).run(view(SLOTS, [job("1")]))  # type: ignore[arg-type]
+    assert result.error == message
+    assert result.decision.launches == ()
+
+
+def test_policies_are_pure() -> None:
+    v = view(SLOTS, [job("1"), job("2", nodes=2)])
+    chain = [PolicyRef(name="queue_depth"), PolicyRef(name="budget_cap", options={"hourly": 100})]
+    assert run(chain, v) == run(chain, v)
+
+
+def test_loader_errors_are_one_line(tmp_path: object) -> None:
+    with pytest.raises(ConfigError, match="policy 'nope': not built in"):
+        load_policy(PolicyRef(name="nope"))
+    with pytest.raises(ConfigError, match="policy 'idle_timeout': bad options"):
+        load_policy(PolicyRef(name="idle_timeout", options={"minutse": 3}))
