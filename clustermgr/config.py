@@ -6,7 +6,6 @@ credentials come from (`credentials.source`), never the secret itself.
 
 from __future__ import annotations
 
-import os
 import re
 import tomllib
 from pathlib import Path
@@ -17,7 +16,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from clustermgr.errors import ConfigError
 from clustermgr.hostlists import HostlistError, expand
 
-DEFAULT_CONFIG_PATH = Path("/etc/clustermgr/clustermgr.toml")
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
 ProviderType = Literal["aws", "azure", "openstack", "local"]
@@ -298,14 +296,6 @@ def _unique(table: str, names: list[str]) -> None:
         if name in seen:
             raise ValueError(f"{table}: name {name!r} is used twice")
         seen.add(name)
-
-
-def config_path(explicit: str | Path | None = None) -> Path:
-    """--config, else $CLUSTERMGR_CONFIG, else /etc/clustermgr/clustermgr.toml."""
-    if explicit:
-        return Path(explicit)
-    env = os.environ.get("CLUSTERMGR_CONFIG")
-    return Path(env) if env else DEFAULT_CONFIG_PATH
 
 
 _TOML_POSITION = re.compile(r"^(?P<msg>.*?) \(at line (?P<line>\d+), column (?P<col>\d+)\)$")

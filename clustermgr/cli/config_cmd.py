@@ -26,7 +26,7 @@ def check(app: AppContext, no_slurm: bool) -> None:
     Exit 2 with one line per problem (invalid config, or a template that does not match
     slurm.conf); exit 1 when Slurm cannot be asked.
     """
-    from clustermgr.config import config_path
+    from clustermgr.paths import config_path
 
     settings = app.settings()
     slots = sum(len(t.node_names) for t in settings.templates)

@@ -21,14 +21,15 @@ class AppContext:
 
     def settings(self) -> Settings:
         if self._settings is None:
-            from clustermgr.config import config_path, load_settings
+            from clustermgr.config import load_settings
+            from clustermgr.paths import config_path
 
             self._settings = load_settings(config_path(self.config_path))
         return self._settings
 
     def settings_if_any(self) -> Settings | None:
         """The settings when a config file exists; None when none was given or found."""
-        from clustermgr.config import config_path
+        from clustermgr.paths import config_path
 
         path = config_path(self.config_path)
         if self.config_path is None and not path.exists():

@@ -16,7 +16,7 @@ def slurm() -> None:
 
 
 def _hook(app: AppContext, kind: str, hostlist: str) -> None:
-    from clustermgr.config import config_path
+    from clustermgr.paths import config_path
     from clustermgr.workload.hooks import record
 
     request = record(
