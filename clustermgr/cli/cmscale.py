@@ -3,11 +3,8 @@
 from __future__ import annotations
 
 import logging
-import signal
-import socket
 import sys
 from pathlib import Path
-from types import FrameType
 
 import click
 
@@ -56,12 +53,43 @@ def cm_scale(
 
     ensure_spool(settings.daemon.state_dir)
     if once:
-        report = engine.cycle()
-        click.echo(report.summary())
-        if report.error:
-            raise SystemExit(1)
+        run_once(engine, settings.daemon.state_dir)
         return
-    run_forever(engine, settings.daemon.state_dir / "cm-scale.sock", settings.daemon.interval_s)
+    from clustermgr.daemon import Daemon
+    from clustermgr.paths import config_path as resolve_config
+
+    raise SystemExit(Daemon(resolve_config(config_path), settings, database).run())
+
+
+def run_once(engine: object, state_dir: Path) -> None:
+    """One cycle as the leader (or not at all), with a heartbeat for the hooks."""
+    import os
+    import socket as socketlib
+    from datetime import UTC, datetime
+
+    from clustermgr.daemon import write_heartbeat
+    from clustermgr.leader import make_lock
+    from clustermgr.scaling.engine import Engine
+
+    assert isinstance(engine, Engine)
+    lock = make_lock(engine.db.url, engine.settings.cluster.name, state_dir)
+    if not lock.try_acquire():
+        raise ClusterMgrError("another cm-scale holds the leader lock; nothing done")
+    try:
+        engine.guard = lock.still_leader
+        beat = {
+            "pid": os.getpid(),
+            "host": socketlib.gethostname(),
+            "role": "once",
+            "at": datetime.now(UTC).isoformat(),
+        }
+        write_heartbeat(state_dir, beat)
+        report = engine.cycle()
+    finally:
+        lock.release()
+    click.echo(report.summary())
+    if report.error:
+        raise SystemExit(1)
 
 
 def refuse_on_mismatch(app: object) -> None:
@@ -90,43 +118,6 @@ def print_plan(engine: object, as_json: bool) -> None:
         raise ClusterMgrError(report.error)
     assert report.plan is not None
     emit(plan_rows(report.plan), PLAN_KEYS, as_json, "Plan")
-
-
-def run_forever(engine: object, socket_path: Path, interval_s: float) -> None:
-    """Cycle every interval, earlier when a hook pokes the socket; SIGTERM ends it cleanly
-    after the current cycle (a cycle is never cut in half)."""
-    from clustermgr.scaling.engine import Engine
-
-    assert isinstance(engine, Engine)
-    stopping = False
-
-    def on_term(signum: int, _frame: FrameType | None) -> None:
-        nonlocal stopping
-        stopping = True
-        log.info("signal %d: finishing the current cycle, then exiting", signum)
-
-    signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
-    socket_path.unlink(missing_ok=True)
-    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as wake:
-        wake.bind(str(socket_path))
-        socket_path.chmod(0o666)
-        wake.settimeout(interval_s)
-        while not stopping:
-            report = engine.cycle()
-            log.info("%s (%.2f s)", report.summary(), report.duration_s)
-            if stopping:
-                break
-            try:
-                wake.recv(64)
-                while True:  # drain a burst of pokes into one cycle
-                    wake.settimeout(0.2)
-                    wake.recv(64)
-            except (TimeoutError, BlockingIOError, InterruptedError):
-                pass
-            finally:
-                wake.settimeout(interval_s)
-    socket_path.unlink(missing_ok=True)
 
 
 def main() -> None:

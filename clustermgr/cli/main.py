@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "policy": "clustermgr.cli.policy_cmd:policy",
     "providers": "clustermgr.cli.providers_cmd:providers",
     "slurm": "clustermgr.cli.slurm_cmd:slurm",
+    "status": "clustermgr.cli.status_cmd:status",
     "templates": "clustermgr.cli.providers_cmd:templates",
 }
 

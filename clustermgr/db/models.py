@@ -262,3 +262,22 @@ class InstanceRun(Base):
     started_at: Mapped[datetime] = mapped_column()
     ended_at: Mapped[datetime | None] = mapped_column()
     cost: Mapped[float | None] = mapped_column(Float)
+
+
+class DaemonStatus(Base):
+    """One row per cm-scale process: its role, heartbeat and last cycle (for `status`)."""
+
+    __tablename__ = "daemon_status"
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)  # host:pid
+    host: Mapped[str] = mapped_column(String(128))
+    pid: Mapped[int] = mapped_column(Integer)
+    role: Mapped[str] = mapped_column(String(16))  # leader, standby, stopped
+    started_at: Mapped[datetime] = mapped_column(default=utcnow)
+    heartbeat_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_cycle_at: Mapped[datetime | None] = mapped_column()
+    last_cycle_ok: Mapped[bool | None] = mapped_column()
+    last_cycle_summary: Mapped[str] = mapped_column(Text, default="")
+    last_cycle_duration_s: Mapped[float | None] = mapped_column(Float)
+    pending_jobs: Mapped[int] = mapped_column(Integer, default=0)
+    pending_gpus: Mapped[int] = mapped_column(Integer, default=0)
+    hourly_cost: Mapped[float] = mapped_column(Float, default=0.0)

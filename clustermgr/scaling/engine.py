@@ -84,6 +84,8 @@ class Engine:
             load_chain(list(settings.policy.chain)), settings.policy.timeout_s
         )
         self.spool = settings.daemon.state_dir / "spool"
+        # Asked before every act step: a daemon that lost leadership must not act.
+        self.guard: Callable[[], bool] = lambda: True
 
     def provider(self, name: str) -> Provider:
         if name not in self.providers:
@@ -92,11 +94,12 @@ class Engine:
             )
         return self.providers[name]
 
-    def cycle(self, dry_run: bool = False) -> CycleReport:
+    def cycle(self, dry_run: bool = False, decide: bool = True) -> CycleReport:
+        """One cycle; `decide=False` observes and reconciles only."""
         start = time.monotonic()
         report = CycleReport(started=self.clock())
         try:
-            self._cycle(report, dry_run)
+            self._cycle(report, dry_run, decide)
         except WorkloadError as exc:
             report.error = f"Slurm could not be read, nothing done: {exc}"
         except ClusterMgrError as exc:
@@ -108,7 +111,7 @@ class Engine:
 
     # --- the cycle ---------------------------------------------------------------------
 
-    def _cycle(self, report: CycleReport, dry_run: bool) -> None:
+    def _cycle(self, report: CycleReport, dry_run: bool, decide: bool) -> None:
         snapshot = self.slurm.snapshot()
         instances = self._list_instances(report)
         actor = Actor(
@@ -124,12 +127,17 @@ class Engine:
                     for n in r.nodes
                 }
             )
+        elif not self.guard():
+            report.error = "no longer the leader; nothing done"
+            return
         else:
             reconciled = apply_hook_requests(actor, requests)
             consume(requests)
             reconciled.registered = observe_slurm(actor, snapshot.nodes)
             reconcile_cloud(actor, instances, self.settings.daemon.orphan_grace_s, reconciled)
         report.reconcile = reconciled
+        if not decide:
+            return
         with self.db.session() as session:
             view = build_view(
                 session, self.settings, snapshot, reconciled.resume_requests, self.clock()
@@ -146,6 +154,9 @@ class Engine:
         plan = clamp(result.decision, view, self.settings)
         report.plan = plan
         if dry_run:
+            return
+        if not self.guard():
+            report.error = "no longer the leader; the plan was not applied"
             return
         self._act(actor, view, plan, reconciled, report)
 
@@ -197,6 +208,9 @@ class Engine:
             self._record("refusal", f"{refusal.template}: {refusal.reason}")
 
     def _launch(self, actor: Actor, order: LaunchOrder, report: CycleReport, begin: bool) -> None:
+        if not self.guard():
+            report.error = "lost leadership during the cycle; remaining launches skipped"
+            return
         if begin:
             actor.begin_launch(order)
         outcome = actor.launch(order)

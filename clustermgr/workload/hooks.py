@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import subprocess
 import time
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
@@ -21,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustermgr.errors import ConfigError, UsageError
+from clustermgr.errors import ConfigError, UsageError, WorkloadError
 from clustermgr.hostlists import HostlistError, compress, expand
 
 HOOK_KINDS = ("resume", "suspend", "resume-fail")
@@ -38,15 +39,24 @@ class HookRequest:
     path: Path | None = None
 
 
-def raw_hook_config(path: Path) -> tuple[Path, dict[str, str]]:
-    """(state_dir, node name -> template) read straight from the TOML file."""
+@dataclass(frozen=True)
+class HookConfig:
+    state_dir: Path
+    owners: dict[str, str]  # node name -> template
+    heartbeat_stale_s: float
+    slurm_bin: Path
+
+
+def raw_hook_config(path: Path) -> HookConfig:
+    """What a hook needs, read straight from the TOML file (no validation library)."""
     try:
         data: dict[str, Any] = tomllib.loads(path.read_text())
     except FileNotFoundError:
         raise ConfigError(f"{path}: no such config file") from None
     except (OSError, tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise ConfigError(f"{path}: cannot read config: {exc}") from None
-    state_dir = Path(data.get("daemon", {}).get("state_dir", "/var/lib/clustermgr"))
+    daemon = data.get("daemon", {})
+    state_dir = Path(daemon.get("state_dir", "/var/lib/clustermgr"))
     owners: dict[str, str] = {}
     for template in data.get("templates", []):
         try:
@@ -54,7 +64,12 @@ def raw_hook_config(path: Path) -> tuple[Path, dict[str, str]]:
                 owners[name] = str(template.get("name"))
         except HostlistError as exc:
             raise ConfigError(f"{path}: template {template.get('name')!r}: {exc}") from None
-    return state_dir, owners
+    return HookConfig(
+        state_dir=state_dir,
+        owners=owners,
+        heartbeat_stale_s=float(daemon.get("heartbeat_stale_s", 120)),
+        slurm_bin=Path(data.get("slurm", {}).get("bin_dir", "/usr/bin")),
+    )
 
 
 def parse_resume_file(text: str) -> dict[str, tuple[str, ...]]:
@@ -84,8 +99,8 @@ def record(
         raise UsageError(f"{hostlist!r} is not a Slurm hostlist: {exc}") from None
     if not nodes:
         raise UsageError("no node names given")
-    state_dir, owners = raw_hook_config(config_path)
-    foreign = [n for n in nodes if n not in owners]
+    config = raw_hook_config(config_path)
+    foreign = [n for n in nodes if n not in config.owners]
     if foreign:
         raise UsageError(f"not cloud nodes of any template: {compress(foreign)} (nothing recorded)")
     jobs: dict[str, tuple[str, ...]] = {}
@@ -95,9 +110,43 @@ def record(
         except OSError:
             jobs = {}
     request = HookRequest(kind=kind, nodes=tuple(nodes), jobs=jobs, at=time.time())
-    path = write_request(state_dir / SPOOL, request)
-    poke(state_dir / SOCKET)
+    if kind == "resume" and daemon_is_stale(config):
+        power_down_now(config, nodes, DAEMON_DOWN_REASON)
+        return request
+    path = write_request(config.state_dir / SPOOL, request)
+    poke(config.state_dir / SOCKET)
     return HookRequest(request.kind, request.nodes, request.jobs, request.at, path)
+
+
+DAEMON_DOWN_REASON = "(Code:DAEMON) cm-scale not running"
+HEARTBEAT_FILE = "heartbeat.json"
+
+
+def daemon_is_stale(config: HookConfig) -> bool:
+    try:
+        age = time.time() - (config.state_dir / HEARTBEAT_FILE).stat().st_mtime
+    except OSError:
+        return True
+    return age > config.heartbeat_stale_s
+
+
+def power_down_now(config: HookConfig, nodes: Sequence[str], reason: str) -> None:
+    """Nobody will launch these: hand them back to Slurm at once (jobs requeue)."""
+    argv = [
+        str(config.slurm_bin / "scontrol"),
+        "update",
+        f"nodename={compress(nodes)}",
+        "state=POWER_DOWN_FORCE",
+        f"reason={reason}",
+    ]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise WorkloadError(f"cm-scale is not running and scontrol failed: {exc}") from None
+    if done.returncode != 0:
+        raise WorkloadError(
+            f"cm-scale is not running and `scontrol update` failed: {done.stderr.strip()[:200]}"
+        )
 
 
 def write_request(spool: Path, request: HookRequest) -> Path:

@@ -38,6 +38,7 @@ memory_mb = 900
 def state(tmp_path: Path) -> tuple[Path, Path]:
     state_dir = tmp_path / "state"
     (state_dir / "spool").mkdir(parents=True)
+    (state_dir / "heartbeat.json").write_text("{}")  # a live cm-scale
     config = tmp_path / "c.toml"
     config.write_text(CONFIG.format(state=state_dir))
     return config, state_dir
@@ -98,6 +99,8 @@ def test_foreign_node_names_touch_nothing(state: tuple[Path, Path]) -> None:
 
 def test_missing_spool_says_what_to_do(tmp_path: Path) -> None:
     config = tmp_path / "c.toml"
+    (tmp_path / "absent").mkdir()
+    (tmp_path / "absent" / "heartbeat.json").write_text("{}")
     config.write_text(CONFIG.format(state=tmp_path / "absent"))
     done = hook("clustermgr-slurm-resume", "cloud1", config)
     assert done.returncode == 2

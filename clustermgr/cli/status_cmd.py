@@ -1,0 +1,104 @@
+"""`clustermgr status`: daemon health, demand, nodes by state per template, cost."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import click
+
+from clustermgr.cli.context import AppContext
+from clustermgr.cli.output import emit_json
+
+
+def collect_status(app: AppContext) -> dict[str, Any]:
+    from sqlalchemy import func, select
+
+    from clustermgr.db.models import DaemonStatus, InstanceRun, Node
+
+    settings = app.settings()
+    stale_s = settings.daemon.heartbeat_stale_s
+    now = datetime.now(UTC)
+    with app.database().session() as session:
+        daemons = [
+            {
+                "id": row.id,
+                "host": row.host,
+                "pid": row.pid,
+                "role": row.role,
+                "heartbeat_age_s": round((now - row.heartbeat_at).total_seconds(), 1),
+                "alive": row.role != "stopped"
+                and (now - row.heartbeat_at).total_seconds() <= stale_s,
+                "last_cycle_at": row.last_cycle_at,
+                "last_cycle_ok": row.last_cycle_ok,
+                "last_cycle": row.last_cycle_summary,
+                "last_cycle_duration_s": row.last_cycle_duration_s,
+                "pending_jobs": row.pending_jobs,
+                "pending_gpus": row.pending_gpus,
+                "hourly_cost": row.hourly_cost,
+            }
+            for row in session.scalars(
+                select(DaemonStatus).order_by(DaemonStatus.heartbeat_at.desc())
+            )
+        ]
+        by_template: dict[str, dict[str, int]] = {}
+        for template, state, count in session.execute(
+            select(Node.template, Node.state, func.count())
+            .where(Node.kind == "cloud")
+            .group_by(Node.template, Node.state)
+        ):
+            by_template.setdefault(template or "-", {})[state] = count
+        runs = session.execute(
+            select(func.count(InstanceRun.id), func.coalesce(func.sum(InstanceRun.cost), 0.0))
+        ).one()
+        open_runs = list(session.scalars(select(InstanceRun).where(InstanceRun.ended_at.is_(None))))
+    running_cost = sum(
+        r.hourly_price * (now - r.started_at).total_seconds() / 3600 for r in open_runs
+    )
+    leader = next((d for d in daemons if d["alive"] and d["role"] in ("leader", "once")), None)
+    return {
+        "daemon": leader,
+        "daemons": [d for d in daemons if d["alive"]],
+        "healthy": leader is not None,
+        "pending_jobs": leader["pending_jobs"] if leader else None,
+        "pending_gpus": leader["pending_gpus"] if leader else None,
+        "hourly_cost": leader["hourly_cost"] if leader else None,
+        "nodes": by_template,
+        "instances_launched": int(runs[0]),
+        "cost_total": round(float(runs[1] or 0.0) + running_cost, 4),
+    }
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.pass_obj
+def status(app: AppContext, as_json: bool) -> None:
+    """Daemon health (leader/standby, last cycle, heartbeat), demand, nodes, cost."""
+    data = collect_status(app)
+    if as_json:
+        emit_json(data)
+        return
+    leader = data["daemon"]
+    if leader is None:
+        click.echo("cm-scale: NOT RUNNING (no live leader heartbeat)")
+    else:
+        click.echo(
+            f"cm-scale: {leader['role']} on {leader['host']} pid {leader['pid']}, heartbeat "
+            f"{leader['heartbeat_age_s']:.0f} s ago; last cycle {leader['last_cycle_at']:%H:%M:%S} "
+            f"({leader['last_cycle_duration_s'] or 0:.2f} s): {leader['last_cycle']}"
+            if leader["last_cycle_at"]
+            else f"cm-scale: {leader['role']} on {leader['host']} pid {leader['pid']}, no cycle yet"
+        )
+        for standby in data["daemons"]:
+            if standby["id"] != leader["id"]:
+                click.echo(f"standby: {standby['host']} pid {standby['pid']}")
+        click.echo(
+            f"pending: {data['pending_jobs']} jobs, {data['pending_gpus']} GPUs; "
+            f"running cost ${data['hourly_cost']:.2f}/h"
+        )
+    for template, states in sorted(data["nodes"].items()):
+        counts = ", ".join(f"{state} {count}" for state, count in sorted(states.items()))
+        click.echo(f"{template}: {counts}")
+    click.echo(
+        f"instances launched: {data['instances_launched']}, cost so far ${data['cost_total']:.2f}"
+    )

@@ -1,0 +1,284 @@
+"""The cm-scale service: APScheduler jobs, leadership, signals, heartbeat, sd_notify.
+
+- `scale` runs the full cycle every [daemon] interval_s, earlier when a hook pokes the
+  socket; `reconcile` runs observe + reconcile only; `catalog` refreshes instance types.
+  Jobs never overlap (one lock), so SIGTERM waits for the step in progress and exits:
+  a plan is never left half-applied.
+- Only the leader acts. The lock is re-checked before every act step (Engine.guard).
+- SIGHUP reloads the config; an invalid file is refused with one line and the old kept.
+- The heartbeat (file + database row) lets the hooks and `clustermgr status` see us.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import select
+
+from clustermgr import sdnotify
+from clustermgr.config import Settings, load_settings
+from clustermgr.db.engine import Database
+from clustermgr.db.models import DaemonStatus, Node
+from clustermgr.errors import ClusterMgrError
+from clustermgr.leader import LeaderLock, make_lock
+from clustermgr.lifecycle import ACTIVE_CLOUD_STATES
+from clustermgr.metrics import Metrics, pending_gpus
+from clustermgr.scaling.engine import CycleReport, Engine
+from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET, ensure_spool
+
+log = logging.getLogger("cm-scale")
+
+
+class Daemon:
+    def __init__(self, config_path: Path, settings: Settings, database: Database):
+        self.config_path = config_path
+        self.settings = settings
+        self.db = database
+        self.engine = Engine(settings, database, actor="cm-scale")
+        self.lock: LeaderLock = make_lock(database.url, settings.cluster.name, self.state_dir)
+        self.metrics = Metrics()
+        self.metrics_port: int | None = None
+        self.role = "standby"
+        self.work_lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.reload_event = threading.Event()
+        self.last_report: CycleReport | None = None
+        self.status_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.scheduler = BackgroundScheduler(timezone=UTC)
+
+    @property
+    def state_dir(self) -> Path:
+        return self.settings.daemon.state_dir
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        ensure_spool(self.state_dir)
+        if self.settings.daemon.metrics_port:
+            self.metrics_port = self.metrics.serve(
+                self.settings.daemon.metrics_address, self.settings.daemon.metrics_port
+            )
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_reload)
+        self._schedule()
+        self.scheduler.start()
+        waker = threading.Thread(target=self._listen_for_pokes, name="wake", daemon=True)
+        waker.start()
+        self.heartbeat()
+        sdnotify.ready(f"started as {self.role}")
+        log.info("cm-scale started (pid %d, %s)", os.getpid(), self.status_id)
+        while not self.stop_event.is_set():
+            self.stop_event.wait(0.5)
+            if self.reload_event.is_set():
+                self.reload_event.clear()
+                self.reload()
+        sdnotify.stopping()
+        log.info("stopping: waiting for the step in progress")
+        self.scheduler.shutdown(wait=True)
+        with self.work_lock:  # a job that started just before shutdown
+            pass
+        self.role = "stopped"
+        self.heartbeat()
+        self.lock.release()
+        (self.state_dir / SOCKET).unlink(missing_ok=True)
+        log.info("stopped cleanly")
+        return 0
+
+    def _schedule(self) -> None:
+        d = self.settings.daemon
+        now = datetime.now(UTC)
+        jobs = [
+            ("scale", self.scale_job, d.interval_s, now),
+            ("reconcile", self.reconcile_job, d.reconcile_interval_s, None),
+            ("catalog", self.catalog_job, d.catalog_refresh_s, None),
+            ("heartbeat", self.heartbeat, min(5.0, d.interval_s / 2), None),
+        ]
+        for job_id, func, seconds, first in jobs:
+            self.scheduler.add_job(
+                func,
+                "interval",
+                seconds=seconds,
+                id=job_id,
+                max_instances=1,
+                coalesce=True,
+                next_run_time=first,
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+
+    def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
+        self.stop_event.set()
+
+    def _on_reload(self, signum: int, _frame: FrameType | None) -> None:
+        self.reload_event.set()
+
+    def reload(self) -> None:
+        try:
+            settings = load_settings(self.config_path)
+            engine = Engine(settings, self.db, actor="cm-scale")
+        except ClusterMgrError as exc:
+            log.error("reload refused, keeping the running config: %s", exc)
+            sdnotify.status(f"reload refused: {exc}")
+            return
+        with self.work_lock:
+            self.settings = settings
+            self.engine = engine
+            self._schedule()
+        log.info("configuration reloaded from %s", self.config_path)
+
+    def _listen_for_pokes(self) -> None:
+        path = self.state_dir / SOCKET
+        path.unlink(missing_ok=True)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            sock.bind(str(path))
+            path.chmod(0o666)
+            sock.settimeout(1.0)
+            while not self.stop_event.is_set():
+                try:
+                    sock.recv(64)
+                except TimeoutError:
+                    continue
+                except OSError:
+                    return
+                job = self.scheduler.get_job("scale")
+                if job is not None:
+                    job.modify(next_run_time=datetime.now(UTC))
+
+    # --- jobs ----------------------------------------------------------------------------
+
+    def _lead(self) -> bool:
+        was = self.role
+        self.role = "leader" if self.lock.try_acquire() else "standby"
+        if self.role != was:
+            log.info("now %s", self.role)
+        self.metrics.leader.set(1 if self.role == "leader" else 0)
+        return self.role == "leader"
+
+    def scale_job(self) -> None:
+        self._run_cycle(decide=True)
+
+    def reconcile_job(self) -> None:
+        self._run_cycle(decide=False)
+
+    def _run_cycle(self, decide: bool) -> None:
+        if self.stop_event.is_set():
+            return
+        with self.work_lock:
+            if not self._lead():
+                return
+            self.engine.guard = self.lock.still_leader
+            report = self.engine.cycle(decide=decide)
+            self.last_report = report
+            self.metrics.observe_cycle(report)
+            self._observe_nodes()
+            log.info(
+                "%s: %s (%.2f s)",
+                "cycle" if decide else "reconcile",
+                report.summary(),
+                report.duration_s,
+            )
+            sdnotify.status(f"{self.role}: {report.summary()}")
+        self.heartbeat()
+
+    def catalog_job(self) -> None:
+        from clustermgr.catalog import store_catalog
+
+        with self.work_lock:
+            if self.role != "leader":
+                return
+            for name in sorted({t.provider for t in self.settings.templates}):
+                try:
+                    types = self.engine.provider(name).catalog()
+                    with self.db.session() as session:
+                        store_catalog(session, self.settings, name, types)
+                except ClusterMgrError as exc:
+                    log.warning("catalog refresh of %s failed: %s", name, exc)
+
+    def _observe_nodes(self) -> None:
+        counts: Counter[tuple[str, str, str]] = Counter()
+        with self.db.session() as session:
+            for state, template, provider in session.execute(
+                select(Node.state, Node.template, Node.provider).where(Node.kind == "cloud")
+            ):
+                counts[(state, template or "", provider or "")] += 1
+        self.metrics.observe_nodes(counts)
+        self.metrics.hourly_cost.set(self.hourly_cost())
+
+    def hourly_cost(self) -> float:
+        total = 0.0
+        with self.db.session() as session:
+            rows = session.execute(
+                select(Node.template, Node.instance_type, Node.market).where(
+                    Node.state.in_([s.value for s in ACTIVE_CLOUD_STATES])
+                )
+            )
+            for template_name, itype, market in rows:
+                try:
+                    template = self.settings.template(template_name or "")
+                except ClusterMgrError:
+                    continue
+                price = template.prices.get(itype or template.instance_types[0])
+                if price is not None:
+                    spot = market == "spot" and price.spot is not None
+                    total += price.spot if spot and price.spot is not None else price.on_demand
+        return total
+
+    def heartbeat(self) -> None:
+        now = datetime.now(UTC)
+        report = self.last_report
+        view = report.view if report else None
+        beat = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "role": self.role,
+            "at": now.isoformat(),
+        }
+        write_heartbeat(self.state_dir, beat)
+        try:
+            with self.db.session() as session:
+                row = session.get(DaemonStatus, self.status_id) or DaemonStatus(
+                    id=self.status_id, host=beat["host"], pid=os.getpid(), started_at=now
+                )
+                row.role = self.role
+                row.heartbeat_at = now
+                if report is not None:
+                    row.last_cycle_at = report.started
+                    row.last_cycle_ok = report.error is None
+                    row.last_cycle_summary = report.summary()[:1000]
+                    row.last_cycle_duration_s = report.duration_s
+                if view is not None:
+                    row.pending_jobs = sum(j.array_tasks for j in view.pending)
+                    row.pending_gpus = pending_gpus(view)
+                row.hourly_cost = self.hourly_cost()
+                session.add(row)
+        except ClusterMgrError as exc:
+            log.warning("heartbeat not recorded in the database: %s", exc)
+        sdnotify.watchdog()
+
+
+def write_heartbeat(state_dir: Path, beat: dict[str, object]) -> None:
+    path = state_dir / HEARTBEAT_FILE
+    partial = state_dir / f".{HEARTBEAT_FILE}.tmp"
+    partial.write_text(json.dumps(beat))
+    os.replace(partial, path)
+    path.chmod(0o644)
+
+
+def heartbeat_age(state_dir: Path) -> float | None:
+    """Seconds since the last heartbeat, or None when there is none."""
+    try:
+        return time.time() - (state_dir / HEARTBEAT_FILE).stat().st_mtime
+    except OSError:
+        return None

@@ -1,0 +1,89 @@
+"""Prometheus exporter: what the daemon did and what the cluster looks like."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
+from prometheus_client import Counter as PromCounter
+
+if TYPE_CHECKING:
+    from clustermgr.scaling.engine import CycleReport
+    from clustermgr.scaling.view import ClusterView
+
+FAILURE_KIND = "(Code:"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.nodes = Gauge(
+            "clustermgr_nodes", "Nodes by state", ["state", "template", "provider"], registry=r
+        )
+        self.launches = PromCounter(
+            "clustermgr_launches", "Nodes launched", ["template", "provider"], registry=r
+        )
+        self.terminations = PromCounter(
+            "clustermgr_terminations",
+            "Nodes stopped or failed",
+            ["template", "provider"],
+            registry=r,
+        )
+        self.errors = PromCounter("clustermgr_errors", "Errors by kind", ["kind"], registry=r)
+        self.cycle_seconds = Histogram(
+            "clustermgr_cycle_duration_seconds",
+            "Scaling cycle duration",
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
+            registry=r,
+        )
+        self.pending_jobs = Gauge("clustermgr_pending_jobs", "Pending jobs", registry=r)
+        self.pending_gpus = Gauge(
+            "clustermgr_pending_gpus", "GPUs wanted by pending jobs", registry=r
+        )
+        self.hourly_cost = Gauge(
+            "clustermgr_estimated_hourly_cost_dollars", "Running cloud nodes, $/hour", registry=r
+        )
+        self.leader = Gauge("clustermgr_leader", "1 when this daemon is the leader", registry=r)
+        self.last_cycle = Gauge(
+            "clustermgr_last_cycle_timestamp_seconds", "End of the last cycle", registry=r
+        )
+
+    def serve(self, address: str, port: int) -> int:
+        server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        return int(server.server_address[1])
+
+    def observe_cycle(self, report: CycleReport) -> None:
+        self.cycle_seconds.observe(report.duration_s)
+        self.last_cycle.set_to_current_time()
+        if report.error:
+            self.errors.labels(kind="CYCLE").inc()
+        view = report.view
+        if view is None:
+            return
+        for name in report.launched:
+            node = view.nodes.get(name)
+            template = view.templates.get(node.template or "") if node else None
+            if template:
+                self.launches.labels(template.name, template.provider).inc()
+        for name in [*report.stopped, *report.failed]:
+            node = view.nodes.get(name)
+            template = view.templates.get(node.template or "") if node else None
+            if template:
+                self.terminations.labels(template.name, template.provider).inc()
+        for reason in report.failed.values():
+            if reason.startswith(FAILURE_KIND):
+                self.errors.labels(kind=reason[len(FAILURE_KIND) :].split(")")[0]).inc()
+        self.pending_jobs.set(sum(j.array_tasks for j in view.pending))
+        self.pending_gpus.set(pending_gpus(view))
+        self.hourly_cost.set(view.hourly_rate())
+
+    def observe_nodes(self, counts: Counter[tuple[str, str, str]]) -> None:
+        self.nodes.clear()
+        for (state, template, provider), count in counts.items():
+            self.nodes.labels(state, template, provider).set(count)
+
+
+def pending_gpus(view: ClusterView) -> int:
+    return sum((j.gpus_per_node * j.nodes or j.gpus_per_job) * j.array_tasks for j in view.pending)
