@@ -21,3 +21,7 @@ def suspend() -> None:
 
 def resume_fail() -> None:
     main(["slurm", "resume-fail", *sys.argv[1:]])
+
+
+def health_check() -> None:
+    main(["health-check", *sys.argv[1:]])

@@ -20,6 +20,7 @@ SUBCOMMANDS = {
     "config": "clustermgr.cli.config_cmd:config",
     "db": "clustermgr.cli.db_cmd:db",
     "events": "clustermgr.cli.nodes_cmd:events",
+    "health-check": "clustermgr.cli.health_cmd:health_check",
     "nodes": "clustermgr.cli.nodes_cmd:nodes",
     "policy": "clustermgr.cli.policy_cmd:policy",
     "providers": "clustermgr.cli.providers_cmd:providers",

@@ -30,6 +30,7 @@ from clustermgr.scaling.reconcile import (
     apply_hook_requests,
     observe_slurm,
     reconcile_cloud,
+    replace_unhealthy,
 )
 from clustermgr.scaling.view import ClusterView
 from clustermgr.workload.hooks import consume, read_requests
@@ -134,6 +135,7 @@ class Engine:
             reconciled = apply_hook_requests(actor, requests)
             consume(requests)
             reconciled.registered = observe_slurm(actor, snapshot.nodes)
+            reconciled.unhealthy = replace_unhealthy(actor, snapshot.nodes)
             reconcile_cloud(actor, instances, self.settings.daemon.orphan_grace_s, reconciled)
         report.reconcile = reconciled
         if not decide:

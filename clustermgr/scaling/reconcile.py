@@ -21,6 +21,7 @@ from clustermgr.db.models import ClusterEvent, Node
 from clustermgr.lifecycle import NodeState, transition
 from clustermgr.providers.base import TAG_NODE, CloudInstance, InstanceState
 from clustermgr.scaling.act import Actor, bind_instance
+from clustermgr.scaling.clamp import StopOrder
 from clustermgr.workload.base import WorkloadNode
 from clustermgr.workload.hooks import HookRequest
 
@@ -38,6 +39,7 @@ class ReconcileReport:
     timed_out: list[str] = field(default_factory=list)
     orphans_terminated: list[str] = field(default_factory=list)
     stopped_by_slurm: list[str] = field(default_factory=list)
+    unhealthy: list[str] = field(default_factory=list)
     relaunch: dict[str, list[str]] = field(default_factory=dict)  # request id -> nodes
 
 
@@ -88,8 +90,6 @@ def apply_hook_requests(actor: Actor, requests: Sequence[HookRequest]) -> Reconc
                 ):
                     failed[name] = "(Code:RESUME_TIMEOUT) Slurm gave up waiting for the node"
     if suspend:
-        from clustermgr.scaling.clamp import StopOrder
-
         actor.stop([StopOrder(n, r) for n, r in sorted(suspend.items())])
         report.stopped_by_slurm = sorted(suspend)
     actor.fail(failed)
@@ -101,6 +101,38 @@ def _describe(request: HookRequest) -> str:
 
     jobs = f" for jobs {','.join(sorted(request.jobs))}" if request.jobs else ""
     return f"{request.kind} {compress(request.nodes)}{jobs}"
+
+
+HEALTH_CODE = "(Code:HEALTH)"
+
+
+def replace_unhealthy(actor: Actor, slurm_nodes: Mapping[str, WorkloadNode]) -> list[str]:
+    """Burst nodes the health check flagged: a boot failure (already powered down, job
+    requeued) is failed and terminated now; a periodic one drains, then stops when idle."""
+    now = actor.clock()
+    failed: dict[str, str] = {}
+    idle_drained: list[StopOrder] = []
+    with actor.db.session() as session:
+        for node in session.scalars(
+            select(Node).where(
+                Node.kind == "cloud",
+                Node.state.in_(
+                    [s.value for s in (NodeState.BOOTING, NodeState.UP, NodeState.DRAINING)]
+                ),
+            )
+        ):
+            seen = slurm_nodes.get(node.name)
+            if seen is None or not seen.reason.startswith(HEALTH_CODE):
+                continue
+            if seen.powered_down or "POWERING_DOWN" in seen.flags or not seen.drained:
+                failed[node.name] = seen.reason
+            elif node.state != NodeState.DRAINING.value:
+                transition(node, NodeState.DRAINING, seen.reason, actor.actor, now=now)
+            elif seen.state == "IDLE":
+                idle_drained.append(StopOrder(node.name, seen.reason))
+    actor.fail(failed)
+    actor.stop(idle_drained)
+    return sorted(failed) + [s.node for s in idle_drained]
 
 
 def observe_slurm(actor: Actor, slurm_nodes: Mapping[str, WorkloadNode]) -> list[str]:

@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+from clustermgr.config import load_settings
+from clustermgr.slurmconf import (
+    InstanceFacts,
+    check_against_slurm,
+    render_slurm_conf,
+    resume_timeout_s,
+)
+from clustermgr.workload.base import WorkloadNode
+from tests.conftest import EXAMPLE_CONFIG
+
+
+def test_conf_lines_cover_power_saving_nodes_partitions_and_gres() -> None:
+    settings = load_settings(EXAMPLE_CONFIG)
+    facts = {"p4d.24xlarge": InstanceFacts("p4d.24xlarge", 96, 1_179_648, 8)}
+    lines = render_slurm_conf(settings, facts)
+    text = "\n".join(lines)
+    assert "PrivateData=cloud" in lines
+    assert "SlurmctldParameters=enable_configless,idle_on_node_suspend" in lines
+    assert "ResumeProgram=/usr/local/bin/clustermgr-slurm-resume" in lines
+    assert "SuspendExcParts=batch" in lines
+    assert (
+        "NodeName=aws-a100-[001-016] CPUs=96 RealMemory=1100000 Gres=gpu:a100:8 "
+        "Features=a100,nvlink,aws-east,us-east-1,aws-a100 Weight=100 State=CLOUD"
+    ) in lines
+    assert (
+        "PartitionName=gpu-cloud Nodes=aws-a100-[001-016],az-a100-[001-008],os-v100-[01-04] "
+        "State=UP" in lines
+    )
+    assert "NodeName=aws-a100-[001-016] Name=gpu Type=a100 File=/dev/nvidia[0-7]" in lines
+    assert f"ResumeTimeout={resume_timeout_s(settings)}" in text
+    assert resume_timeout_s(settings) >= 600 + 2 * 30
+
+
+def test_real_memory_is_below_the_smallest_instance_type() -> None:
+    settings = load_settings(EXAMPLE_CONFIG)
+    facts = {"p4d.24xlarge": InstanceFacts("p4d.24xlarge", 96, 1_000_000, 8)}
+    line = next(x for x in render_slurm_conf(settings, facts) if x.startswith("NodeName=aws"))
+    assert "RealMemory=950000" in line
+
+
+def test_check_reports_one_line_per_mismatch() -> None:
+    settings = load_settings(EXAMPLE_CONFIG)
+    nodes = {
+        f"cloud{i}": WorkloadNode(
+            f"cloud{i}",
+            "IDLE",
+            frozenset({"CLOUD", "POWERED_DOWN"}),
+            cpus=2,
+            memory_mb=900,
+            gpus=2,
+            partitions=("cloud",),
+        )
+        for i in range(1, 5)
+    }
+    nodes["cloud2"] = WorkloadNode(
+        "cloud2", "IDLE", frozenset(), cpus=2, memory_mb=900, gpus=2, partitions=("cloud",)
+    )
+    small = {"p4de.24xlarge": InstanceFacts("p4de.24xlarge", 48, 2_000_000, 8)}
+    problems = check_against_slurm(
+        settings, {"PrivateData": "none", "SlurmctldParameters": ""}, nodes, small
+    )
+    assert problems[0].startswith("slurm: PrivateData lacks 'cloud'")
+    assert "template aws-a100: nodes aws-a100-[001-016] are not in slurm.conf" in problems[2]
+    assert "template local-gpu: node cloud2: is not State=CLOUD in slurm.conf" in problems
+    assert (
+        "template aws-a100: instance type p4de.24xlarge is smaller than the Slurm node "
+        "definition (48 vCPUs < 96)" in problems
+    )
