@@ -12,6 +12,8 @@ import enum
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
+from sqlalchemy.orm import object_session
+
 from clustermgr.errors import IllegalTransitionError
 
 if TYPE_CHECKING:
@@ -76,6 +78,11 @@ def transition(
     node.state_reason = reason
     node.state_since = at
     node.updated_at = at
-    node.events.append(
-        NodeEvent(at=at, old_state=old.value, new_state=new.value, reason=reason, actor=actor)
-    )
+    event = NodeEvent(at=at, old_state=old.value, new_state=new.value, reason=reason, actor=actor)
+    session = object_session(node)
+    if session is not None and node.id is not None:
+        # add the row directly: appending to node.events would first load the whole history
+        event.node_id = node.id
+        session.add(event)
+    else:
+        node.events.append(event)

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+from dataclasses import replace
 
 from clustermgr.lifecycle import NodeState
 from clustermgr.policy.base import Launch, ScaleDecision
 from clustermgr.scaling.fit import copies_per_node, lacks_resources, serving_templates, why_not
-from clustermgr.scaling.view import ClusterView
+from clustermgr.scaling.view import ClusterView, TemplateView
+from clustermgr.workload.base import PendingJob
 
 COMING = (NodeState.REQUESTED, NodeState.LAUNCHING, NodeState.BOOTING)
 
@@ -33,21 +35,29 @@ class QueueDepth:
         slots: dict[str, float] = defaultdict(float)
         jobs: dict[str, list[str]] = defaultdict(list)
         unfit: dict[str, str] = {}
+        choices: dict[tuple[object, ...], tuple[TemplateView | None, str]] = {}
         for job in view.pending:
-            templates = serving_templates(job, view.templates)
-            if not templates or job.job_id in decision.held or not lacks_resources(job):
+            if job.job_id in decision.held or not lacks_resources(job):
                 continue
             if view.pending_age(job).total_seconds() < self.min_pending_s:
                 continue
-            reasons = [(t, why_not(job, t)) for t in templates]
-            fitting = [t for t, why in reasons if why is None]
-            if not fitting:
-                unfit[job.job_id] = "; ".join(why for _, why in reasons if why)
+            shape = (
+                job.partition,
+                job.nodes,
+                job.cpus_per_node,
+                job.memory_per_node_mb,
+                job.gpus_per_node,
+                job.gpus_per_job,
+                job.gpu_model,
+                job.features,
+            )
+            if shape not in choices:  # many jobs share a shape: decide the fit once
+                choices[shape] = self.choose(job, view)
+            template, why = choices[shape]
+            if why:
+                unfit[job.job_id] = why
+            if template is None:
                 continue
-            fitting = [t for t in fitting if t.demand_mode == "policy"]
-            if not fitting:
-                continue  # Slurm itself resumes nodes of "slurm"-mode templates
-            template = fitting[0]
             per_node = copies_per_node(job, template)
             slots[template.name] += job.nodes * job.array_tasks / per_node
             jobs[template.name].append(job.job_id)
@@ -66,6 +76,18 @@ class QueueDepth:
                         jobs=tuple(jobs[name]),
                     )
                 )
-        from dataclasses import replace
-
         return replace(decision.add(*launches), unfit={**decision.unfit, **unfit})
+
+    @staticmethod
+    def choose(job: PendingJob, view: ClusterView) -> tuple[TemplateView | None, str]:
+        """(the template to launch for the job or None, why it fits no template or "")."""
+        templates = serving_templates(job, view.templates)
+        if not templates:
+            return None, ""  # not a cloud partition: on-prem business
+        reasons = [(t, why_not(job, t)) for t in templates]
+        fitting = [t for t, why in reasons if why is None]
+        if not fitting:
+            return None, "; ".join(why for _, why in reasons if why)
+        # Slurm itself resumes nodes of "slurm"-mode templates: no launch from here
+        policy_mode = [t for t in fitting if t.demand_mode == "policy"]
+        return (policy_mode[0] if policy_mode else None), ""

@@ -71,21 +71,48 @@ def build_view(
             if job.end_time and (node not in jobs_end or job.end_time > jobs_end[node]):
                 jobs_end[node] = job.end_time
     nodes = {}
-    for row in session.scalars(select(Node).where(Node.state != NodeState.RETIRED.value)):
-        nodes[row.name] = NodeView(
-            name=row.name,
-            kind=row.kind,
-            state=NodeState(row.state),
-            template=row.template,
-            slurm=snapshot.nodes.get(row.name),
-            instance_id=row.instance_id,
-            instance_type=row.instance_type,
-            market=row.market,
-            request_id=row.request_id,
-            launched_at=row.launched_at,
-            state_since=row.state_since,
-            idle_since=row.idle_since,
-            jobs_end=jobs_end.get(row.name),
+    columns = (
+        Node.name,
+        Node.kind,
+        Node.state,
+        Node.template,
+        Node.instance_id,
+        Node.instance_type,
+        Node.market,
+        Node.request_id,
+        Node.launched_at,
+        Node.state_since,
+        Node.idle_since,
+    )
+    states = {s.value: s for s in NodeState}
+    query = select(*columns).where(Node.state != NodeState.RETIRED.value)
+    for (
+        name,
+        kind,
+        state,
+        template,
+        iid,
+        itype,
+        market,
+        rid,
+        launched,
+        since,
+        idle,
+    ) in session.execute(query):
+        nodes[name] = NodeView(
+            name=name,
+            kind=kind,
+            state=states[state],
+            template=template,
+            slurm=snapshot.nodes.get(name),
+            instance_id=iid,
+            instance_type=itype,
+            market=market,
+            request_id=rid,
+            launched_at=launched,
+            state_since=since,
+            idle_since=idle,
+            jobs_end=jobs_end.get(name),
         )
     return ClusterView(
         now=now,
