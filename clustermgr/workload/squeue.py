@@ -8,6 +8,7 @@ ArrayTaskID range (`1-1000%10` counts 10 at a time), never from expanding it.
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 from datetime import UTC, datetime
@@ -33,9 +34,9 @@ PENDING_FIELDS = (
     "Requeue",
     "Reason",
 )
-PENDING_FORMAT = ",".join(f"{name}:{TAB}" for name in PENDING_FIELDS)
+PENDING_FORMAT = ",".join(f"{name}:0{TAB}" for name in PENDING_FIELDS)  # 0: no padding
 RUNNING_FIELDS = ("JobArrayID", "NodeList", "EndTime")
-RUNNING_FORMAT = ",".join(f"{name}:{TAB}" for name in RUNNING_FIELDS)
+RUNNING_FORMAT = ",".join(f"{name}:0{TAB}" for name in RUNNING_FIELDS)
 
 _GRES = re.compile(r"gpu(?::(?P<model>[A-Za-z][\w.-]*))?:(?P<count>\d+)")
 _MEM = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[KMGT]?)$")
@@ -44,16 +45,15 @@ _MEM_UNITS = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 def parse_pending(text: str) -> list[PendingJob]:
     jobs = []
+    width = len(PENDING_FIELDS)
     for number, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
         fields = line.split(TAB)
-        if len(fields) < len(PENDING_FIELDS):
-            raise WorkloadError(
-                f"squeue line {number}: {len(fields)} fields, expected {len(PENDING_FIELDS)}"
-            )
+        if len(fields) < width:
+            if not line.strip():
+                continue
+            raise WorkloadError(f"squeue line {number}: {len(fields)} fields, expected {width}")
         try:
-            jobs.append(_pending(dict(zip(PENDING_FIELDS, fields, strict=False))))
+            jobs.append(_pending(*fields[:width]))
         except (ValueError, KeyError) as exc:
             raise WorkloadError(
                 f"squeue line {number}: cannot parse {line[:80]!r}: {exc}"
@@ -61,32 +61,54 @@ def parse_pending(text: str) -> list[PendingJob]:
     return jobs
 
 
-def _pending(f: dict[str, str]) -> PendingJob:
-    tres = dict(item.split("=", 1) for item in f["tres-alloc"].split(",") if "=" in item)
-    nodes = max(1, int(tres.get("node") or f["NumNodes"] or 1))
-    cpus = int(tres.get("cpu", "1"))
-    model_node, gpus_node = _gpus(f["tres-per-node"])
-    model_job, gpus_job = _gpus(f["tres-per-job"])
-    features = f["Feature"].strip()
+def _pending(  # one argument per squeue field, in PENDING_FIELDS order
+    job_id: str,
+    array_tasks: str,
+    partition: str,
+    num_nodes: str,
+    num_tasks: str,
+    tres_alloc: str,
+    tres_per_node: str,
+    tres_per_job: str,
+    features: str,
+    time_limit: str,
+    submit_time: str,
+    start_time: str,
+    user: str,
+    requeue: str,
+    reason: str,
+) -> PendingJob:
+    nodes_from_tres, cpus, memory = _tres(tres_alloc)
+    nodes = nodes_from_tres or max(1, int(num_nodes or 1))
+    model_node, gpus_node = _gpus(tres_per_node)
+    model_job, gpus_job = _gpus(tres_per_job)
+    features = features.strip()
     return PendingJob(
-        job_id=f["JobArrayID"].strip(),
-        partition=f["Partition"].strip(),
+        job_id=job_id.strip(),
+        partition=partition.strip(),
         nodes=nodes,
-        tasks=int(f["NumTasks"] or 1),
-        cpus_per_node=math.ceil(cpus / nodes),
-        memory_per_node_mb=math.ceil(memory_mb(tres.get("mem", "0")) / nodes),
+        tasks=int(num_tasks or 1),
+        cpus_per_node=-(-cpus // nodes),
+        memory_per_node_mb=-(-memory // nodes),
         gpus_per_node=gpus_node,
         gpu_model=model_node or model_job,
         gpus_per_job=gpus_job,
         features=() if features in ("", "(null)") else (features,),
-        time_limit_min=time_limit_minutes(f["TimeLimit"]),
-        submit_time=timestamp(f["SubmitTime"]),
-        reason=f["Reason"].strip(),
-        estimated_start=timestamp(f["StartTime"]),
-        array_tasks=array_task_count(f["ArrayTaskID"]),
-        user=f["UserName"].strip(),
-        requeue=f["Requeue"].strip() != "0",
+        time_limit_min=time_limit_minutes(time_limit),
+        submit_time=timestamp(submit_time),
+        reason=reason.strip(),
+        estimated_start=timestamp(start_time),
+        array_tasks=array_task_count(array_tasks),
+        user=user.strip(),
+        requeue=requeue.strip() != "0",
     )
+
+
+@functools.lru_cache(maxsize=4096)
+def _tres(text: str) -> tuple[int, int, int]:
+    """'cpu=4,mem=8000M,node=2,billing=4' -> (nodes, cpus, memory MB); queues repeat these."""
+    tres = dict(item.split("=", 1) for item in text.split(",") if "=" in item)
+    return int(tres.get("node") or 0), int(tres.get("cpu") or 1), memory_mb(tres.get("mem", "0"))
 
 
 def parse_running(text: str) -> list[RunningJob]:
@@ -108,6 +130,7 @@ def parse_running(text: str) -> list[RunningJob]:
     return jobs
 
 
+@functools.lru_cache(maxsize=1024)
 def _gpus(text: str) -> tuple[str | None, int]:
     found = _GRES.search(text or "")
     if not found:
@@ -122,6 +145,7 @@ def memory_mb(text: str) -> int:
     return math.ceil(float(found["n"]) * _MEM_UNITS[found["unit"]])
 
 
+@functools.lru_cache(maxsize=4096)
 def array_task_count(text: str) -> int:
     """'N/A' -> 1; '1-1000' -> 1000; '1-1000%10' -> 10; '1,3,5-7' -> 5; '0-99:2' -> 50."""
     text = text.strip()
@@ -141,6 +165,7 @@ def array_task_count(text: str) -> int:
     return max(total, 1)
 
 
+@functools.lru_cache(maxsize=1024)
 def time_limit_minutes(text: str) -> int | None:
     """'UNLIMITED' -> None; '30:00' -> 30; '2:00:00' -> 120; '1-02:00:00' -> 1560."""
     text = text.strip()
@@ -155,6 +180,7 @@ def time_limit_minutes(text: str) -> int | None:
     return days * 1440 + hours * 60 + minutes + (1 if seconds else 0)
 
 
+@functools.lru_cache(maxsize=65536)
 def timestamp(text: str) -> datetime | None:
     text = text.strip()
     if not text or text in ("N/A", "Unknown", "None", "(null)"):
