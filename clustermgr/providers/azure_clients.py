@@ -1,0 +1,127 @@
+"""Credentials and SDK clients of one Azure provider, built lazily and shared by its threads.
+
+`credentials.source`: "default" -> DefaultAzureCredential; "client_secret_file" /
+"client_secret_env" -> ClientSecretCredential with the secret read from that file or
+environment variable. `authority_host` and `disable_instance_discovery` come from the
+settings. Messages name where the secret came from, never the secret.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from typing import Any
+
+import requests
+from azure.core.credentials import TokenCredential
+from azure.core.pipeline.transport import RequestsTransport
+from azure.identity import ClientSecretCredential, DefaultAzureCredential
+from azure.mgmt.compute import ComputeManagementClient
+from azure.mgmt.network import NetworkManagementClient
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
+
+from clustermgr.config import ProviderSettings
+from clustermgr.errors import ErrorKind, ProviderError
+
+# azure-core's retry policy: 429/5xx retried (honouring Retry-After), then the error is ours.
+RETRY = {"retry_total": 4, "retry_backoff_factor": 0.5, "retry_backoff_max": 30}
+
+
+class AzureClients:
+    def __init__(self, settings: ProviderSettings, pool_size: int = 20) -> None:
+        self.settings = settings
+        self.pool_size = pool_size
+        self._lock = threading.Lock()
+        self._credential: TokenCredential | None = None
+        self._compute: ComputeManagementClient | None = None
+        self._network: NetworkManagementClient | None = None
+
+    def credential_source(self) -> str:
+        """Where the credentials come from, for messages (never the secret itself)."""
+        creds = self.settings.credentials
+        who = f"tenant {creds.tenant_id}, client {creds.client_id}"
+        if creds.source == "client_secret_file":
+            return f"client secret from file {creds.secret_file} ({who})"
+        if creds.source == "client_secret_env":
+            return f"client secret from environment variable {creds.secret_env} ({who})"
+        return "DefaultAzureCredential (environment, workload/managed identity, Azure CLI)"
+
+    def auth_error(self, message: str, code: str = "") -> ProviderError:
+        return ProviderError(
+            ErrorKind.AUTH,
+            f"credentials rejected ({self.credential_source()}): {message}",
+            provider=self.settings.name,
+            code=code,
+        )
+
+    def credential(self) -> TokenCredential:
+        with self._lock:
+            if self._credential is None:
+                self._credential = self._make_credential()
+            return self._credential
+
+    def compute(self) -> ComputeManagementClient:
+        credential = self.credential()
+        with self._lock:
+            if self._compute is None:
+                self._compute = ComputeManagementClient(
+                    credential, self.settings.subscription_id or "", **self._client_options()
+                )
+            return self._compute
+
+    def network(self) -> NetworkManagementClient:
+        credential = self.credential()
+        with self._lock:
+            if self._network is None:
+                self._network = NetworkManagementClient(
+                    credential, self.settings.subscription_id or "", **self._client_options()
+                )
+            return self._network
+
+    def _read_secret(self) -> str:
+        creds = self.settings.credentials
+        if creds.source == "client_secret_file" and creds.secret_file is not None:
+            try:
+                secret = creds.secret_file.read_text().strip()
+            except OSError as exc:
+                raise self.auth_error(f"cannot read: {exc.strerror}", "SecretUnreadable") from None
+        else:
+            secret = os.environ.get(creds.secret_env or "", "").strip()
+        if not secret:
+            raise self.auth_error("the client secret is empty or unset", "SecretMissing")
+        return secret
+
+    def _make_credential(self) -> TokenCredential:
+        creds = self.settings.credentials
+        extra: dict[str, Any] = {}
+        if self.settings.authority_host:
+            extra["authority"] = self.settings.authority_host
+        if creds.source == "default":
+            return DefaultAzureCredential(**extra)
+        return ClientSecretCredential(
+            creds.tenant_id or "",
+            creds.client_id or "",
+            self._read_secret(),
+            disable_instance_discovery=self.settings.disable_instance_discovery,
+            **extra,
+        )
+
+    def _client_options(self) -> dict[str, Any]:
+        options: dict[str, Any] = {
+            "polling_interval": self.settings.polling_interval_s,
+            "transport": RequestsTransport(session=self._session(), session_owner=True),
+            **RETRY,
+        }
+        if self.settings.endpoint_url:
+            options["base_url"] = self.settings.endpoint_url
+        return options
+
+    def _session(self) -> requests.Session:
+        """A session with a connection pool as large as our worker pool (azure-core retries)."""
+        session = requests.Session()
+        no_retries = Retry(total=False, redirect=False, raise_on_status=False)
+        adapter = HTTPAdapter(pool_maxsize=self.pool_size, max_retries=no_retries)
+        session.mount("https://", adapter)
+        session.mount("http://", adapter)
+        return session

@@ -1,0 +1,942 @@
+"""A small fake of Azure Resource Manager (plus an AAD token endpoint) over HTTPS on 127.0.0.1.
+
+It answers what azure-mgmt-compute / azure-mgmt-network / azure-identity actually call for
+clustermgr: virtual machines (PUT and DELETE as long-running operations polled through
+`Azure-AsyncOperation`, GET, list with `nextLink` paging), network interfaces, disks, resource
+SKUs, managed / gallery / marketplace images, and the client-credentials token flow
+(`ClientSecretCredential(authority="https://127.0.0.1:PORT", disable_instance_discovery=True)`).
+The api-version is never checked.
+
+Faults are injected from the test process through thread-safe methods (`fail_next`,
+`fail_next_vm_puts`, `limit_capacity`, `slow`), or from another process by POSTing JSON to
+`/_fake/<method>` (see CONTROL_METHODS). `python -m tests.fakes.azure_fake` runs one until
+SIGTERM and prints its connection details as one JSON line, for end-to-end tests where the
+provider lives in a separate daemon process (give that process REQUESTS_CA_BUNDLE=ca_bundle).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import json
+import re
+import secrets
+import signal
+import socket
+import ssl
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
+
+import trustme
+
+JSON = dict[str, Any]
+
+SUBSCRIPTION = "00000000-0000-0000-0000-0000000000aa"
+TENANT = "00000000-0000-0000-0000-0000000000bb"
+CLIENT_ID = "00000000-0000-0000-0000-0000000000cc"
+RESOURCE_GROUP = "rg-burst"
+LOCATION = "eastus"
+MARKETPLACE_IMAGE = "Canonical:ubuntu-24_04-lts:server:latest"
+
+
+def _sku(name: str, vcpus: int, memory_gb: float, gpus: int, family: str) -> JSON:
+    caps = [
+        {"name": "vCPUs", "value": str(vcpus)},
+        {"name": "MemoryGB", "value": f"{memory_gb:g}"},
+        {"name": "CpuArchitectureType", "value": "x64"},
+    ]
+    if gpus:
+        caps.append({"name": "GPUs", "value": str(gpus)})
+    return {
+        "resourceType": "virtualMachines",
+        "name": name,
+        "tier": "Standard",
+        "size": name.removeprefix("Standard_"),
+        "family": family,
+        "locations": [LOCATION],
+        "locationInfo": [{"location": LOCATION, "zones": ["1", "2", "3"]}],
+        "capabilities": caps,
+        "restrictions": [],
+    }
+
+
+DEFAULT_SKUS: list[JSON] = [
+    _sku("Standard_D2s_v3", 2, 8, 0, "standardDSv3Family"),
+    _sku("Standard_D4s_v3", 4, 16, 0, "standardDSv3Family"),
+    _sku("Standard_NC24ads_A100_v4", 24, 220, 1, "StandardNCADSA100v4Family"),
+    _sku("Standard_ND96asr_v4", 96, 900, 8, "standardNDASv4_A100Family"),
+    _sku("Standard_ND96isr_H100_v5", 96, 1900, 8, "standardNDSH100v5Family"),
+    {  # not a VM size: the provider must skip it
+        "resourceType": "disks",
+        "name": "Premium_LRS",
+        "tier": "Premium",
+        "locations": [LOCATION],
+        "capabilities": [],
+        "restrictions": [],
+    },
+]
+
+# Which CONTROL endpoint names map to which public methods (for a fake in another process).
+CONTROL_METHODS = (
+    "fail_next",
+    "fail_next_vm_puts",
+    "limit_capacity",
+    "slow",
+    "clear_faults",
+    "set_power_state",
+    "evict",
+)
+
+
+@dataclass
+class Fault:
+    """Answer the next `remaining` matching requests with an ARM error instead."""
+
+    method: str
+    path_contains: str
+    status: int
+    code: str
+    message: str
+    remaining: int
+    in_operation: bool = False  # accept the PUT, then fail its async operation (VM left Failed)
+    retry_after: str | None = None
+
+    def matches(self, method: str, path: str) -> bool:
+        return self.remaining > 0 and method == self.method and self.path_contains in path
+
+
+@dataclass
+class Operation:
+    """One async operation: answers InProgress `polls_left` times, then its final status."""
+
+    polls_left: int
+    error: JSON | None = None
+    finish: Any = None  # callable run once (under the lock) when the operation completes
+    done: bool = False
+
+
+@dataclass
+class Slowness:
+    seconds: float
+    remaining: int | None
+    path_contains: str = ""
+
+
+@dataclass
+class FakeState:
+    vms: dict[str, JSON] = field(default_factory=dict)
+    nics: dict[str, JSON] = field(default_factory=dict)
+    disks: dict[str, JSON] = field(default_factory=dict)
+    operations: dict[str, Operation] = field(default_factory=dict)
+    tokens: set[str] = field(default_factory=set)
+    faults: list[Fault] = field(default_factory=list)
+    slowness: list[Slowness] = field(default_factory=list)
+    capacity: int | None = None
+    requests: list[tuple[str, str]] = field(default_factory=list)
+    next_ip: int = 4
+
+
+class ArmError(Exception):
+    def __init__(self, status: int, code: str, message: str, retry_after: str | None = None):
+        super().__init__(message)
+        self.status, self.code, self.message, self.retry_after = status, code, message, retry_after
+
+
+class FakeAzure:
+    """The fake cloud. Start with `start()` (or `with FakeAzure() as fake:`), stop with `stop()`."""
+
+    def __init__(
+        self,
+        *,
+        page_size: int = 2,
+        lro_polls: int = 1,
+        skus: list[JSON] | None = None,
+        honor_delete_options: bool = True,
+        client_secret: str | None = None,
+    ) -> None:
+        self.subscription_id = SUBSCRIPTION
+        self.tenant_id = TENANT
+        self.client_id = CLIENT_ID
+        self.client_secret = client_secret or "fake-secret-" + secrets.token_hex(8)
+        self.resource_group = RESOURCE_GROUP
+        self.location = LOCATION
+        self.page_size = page_size
+        self.lro_polls = lro_polls
+        self.honor_delete_options = honor_delete_options
+        self.skus = copy.deepcopy(skus if skus is not None else DEFAULT_SKUS)
+        self.vnet_subnet = (
+            f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}"
+            "/providers/Microsoft.Network/virtualNetworks/vnet-burst/subnets/compute"
+        )
+        self.managed_images = {"img-compute"}
+        self.gallery_versions = {("gal", "compute", "1.0.0")}
+        self.ssh_keys = {"burst-key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeFakeFake burst"}
+        self.marketplace = {("canonical", "ubuntu-24_04-lts", "server"): ["24.04.202501010"]}
+        self.lock = threading.RLock()
+        self.state = FakeState()
+        self._pending_failure: Fault | None = None
+        self._tmp = tempfile.TemporaryDirectory(prefix="azure-fake-")
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+        self.ca_bundle = ""
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> FakeAzure:
+        ca = trustme.CA()
+        cert = ca.issue_cert("127.0.0.1", "localhost")
+        bundle = Path(self._tmp.name) / "ca.pem"
+        ca.cert_pem.write_to_path(str(bundle))
+        self.ca_bundle = str(bundle)
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        cert.configure_cert(context)
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.fake = self
+        server.socket = context.wrap_socket(
+            server.socket, server_side=True, do_handshake_on_connect=False
+        )
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="azure-fake"
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.close_connections()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+        self._tmp.cleanup()
+
+    def __enter__(self) -> FakeAzure:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "fake not started"
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        """The ARM endpoint (ProviderSettings.endpoint_url) and the AAD authority host."""
+        return f"https://127.0.0.1:{self.port}"
+
+    def info(self) -> JSON:
+        return {
+            "url": self.url,
+            "authority_host": self.url,
+            "ca_bundle": self.ca_bundle,
+            "subscription_id": self.subscription_id,
+            "resource_group": self.resource_group,
+            "tenant_id": self.tenant_id,
+            "client_id": self.client_id,
+            "client_secret": self.client_secret,
+            "region": self.location,
+            "subnet": self.vnet_subnet,
+            "image": MARKETPLACE_IMAGE,
+        }
+
+    # ----------------------------------------------------------------- fault injection
+
+    def fail_next(
+        self,
+        method: str,
+        path_contains: str,
+        status: int,
+        code: str,
+        attempts: int = 1,
+        message: str = "",
+        in_operation: bool = False,
+        retry_after: str | None = None,
+    ) -> None:
+        """Fail the next `attempts` requests of `method` whose lower-cased path contains
+        `path_contains` (e.g. "/virtualmachines/") with an ARM error."""
+        fault = Fault(
+            method.upper(),
+            path_contains.lower(),
+            status,
+            code,
+            message or f"injected {code}",
+            attempts,
+            in_operation,
+            retry_after,
+        )
+        with self.lock:
+            self.state.faults.append(fault)
+
+    def fail_next_vm_puts(
+        self, code: str, attempts: int = 1, status: int | None = None, retry_after: str = "0.05"
+    ) -> None:
+        """Fail VM creations the way Azure signals `code`:
+
+        AllocationFailed / ZonalAllocationFailed / OverconstrainedAllocationRequest: accepted,
+        then the async operation fails (the VM is left in provisioningState Failed);
+        SkuNotAvailable, QuotaExceeded, OperationNotAllowed, Conflict: 409 on the PUT;
+        TooManyRequests / SubscriptionRequestsThrottled: 429 with Retry-After.
+        """
+        in_operation = code in ("AllocationFailed", "ZonalAllocationFailed") or code.startswith(
+            "Overconstrained"
+        )
+        throttled = code in ("TooManyRequests", "SubscriptionRequestsThrottled")
+        chosen = status or (429 if throttled else 200 if in_operation else 409)
+        self.fail_next(
+            "PUT",
+            "/providers/microsoft.compute/virtualmachines/",
+            chosen,
+            code,
+            attempts,
+            message=_MESSAGES.get(code, ""),
+            in_operation=in_operation,
+            retry_after=retry_after if throttled else None,
+        )
+
+    def limit_capacity(self, instances: int | None) -> None:
+        """Only `instances` more VMs can be allocated, then AllocationFailed (None: no limit)."""
+        with self.lock:
+            self.state.capacity = instances
+
+    def slow(self, seconds: float, attempts: int | None = None, path_contains: str = "") -> None:
+        """Delay the next `attempts` matching answers (all of them when None) by `seconds`."""
+        with self.lock:
+            self.state.slowness.append(Slowness(seconds, attempts, path_contains.lower()))
+
+    def clear_faults(self) -> None:
+        with self.lock:
+            self.state.faults.clear()
+            self.state.slowness.clear()
+            self.state.capacity = None
+
+    def set_power_state(self, vm_name: str, power: str) -> None:
+        with self.lock:
+            self.state.vms[vm_name.lower()]["_power"] = power
+
+    def evict(self, vm_name: str) -> None:
+        """A spot eviction with eviction policy Delete: the VM and its deletables vanish."""
+        with self.lock:
+            vm = self.state.vms.pop(vm_name.lower(), None)
+            if vm is not None:
+                self._delete_attached(vm)
+
+    # ----------------------------------------------------------------- inspection
+
+    def vm_names(self) -> list[str]:
+        with self.lock:
+            return sorted(vm["name"] for vm in self.state.vms.values())
+
+    def vm(self, name: str) -> JSON:
+        with self.lock:
+            return copy.deepcopy(self.state.vms[name.lower()])
+
+    def nic_names(self) -> list[str]:
+        with self.lock:
+            return sorted(nic["name"] for nic in self.state.nics.values())
+
+    def disk_names(self) -> list[str]:
+        with self.lock:
+            return sorted(disk["name"] for disk in self.state.disks.values())
+
+    def requests(self, method: str | None = None, path_contains: str = "") -> list[tuple[str, str]]:
+        with self.lock:
+            return [
+                (m, p)
+                for m, p in self.state.requests
+                if (method is None or m == method) and path_contains.lower() in p.lower()
+            ]
+
+    # ----------------------------------------------------------------- request handling
+
+    def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
+        parts = urlsplit(raw_path)
+        path = unquote(parts.path)
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        with self.lock:
+            self.state.requests.append((method, path))
+            delay = self._delay_for(path.lower())
+        if delay:
+            time.sleep(delay)
+        try:
+            if path.startswith("/_fake/"):
+                return self._control(path.removeprefix("/_fake/"), body)
+            if "/oauth2/" in path or "/.well-known/" in path:
+                return self._aad(method, path, body)
+            self._authorize(headers)
+            with self.lock:
+                self._inject(method, path.lower())
+                return self._route(method, path, query, body)
+        except ArmError as err:
+            extra = {"Retry-After": err.retry_after} if err.retry_after else {}
+            return Reply(err.status, {"error": {"code": err.code, "message": err.message}}, extra)
+
+    def _delay_for(self, path: str) -> float:
+        for slow in self.state.slowness:
+            if slow.path_contains in path and (slow.remaining is None or slow.remaining > 0):
+                if slow.remaining is not None:
+                    slow.remaining -= 1
+                return slow.seconds
+        return 0.0
+
+    def _control(self, name: str, body: bytes) -> Reply:
+        if name == "info":
+            return Reply(200, self.info())
+        if name not in CONTROL_METHODS:
+            raise ArmError(404, "NotFound", f"no control method {name}")
+        getattr(self, name)(**(json.loads(body) if body else {}))
+        return Reply(200, {"ok": True})
+
+    # AAD --------------------------------------------------------------------
+
+    def _aad(self, method: str, path: str, body: bytes) -> Reply:
+        tenant = path.strip("/").split("/")[0]
+        if path.endswith("/.well-known/openid-configuration"):
+            base = f"{self.url}/{tenant}"
+            return Reply(
+                200,
+                {
+                    "token_endpoint": f"{base}/oauth2/v2.0/token",
+                    "authorization_endpoint": f"{base}/oauth2/v2.0/authorize",
+                    "device_authorization_endpoint": f"{base}/oauth2/v2.0/devicecode",
+                    "issuer": f"{base}/v2.0",
+                    "tenant_region_scope": "NA",
+                },
+            )
+        if method != "POST" or not path.endswith("/token"):
+            return Reply(404, {"error": "not_found", "error_description": path})
+        form = {k: v[0] for k, v in parse_qs(body.decode()).items()}
+        if tenant != self.tenant_id:
+            return _aad_error(400, "invalid_request", 90002, f"Tenant '{tenant}' not found.")
+        if form.get("client_id") != self.client_id:
+            return _aad_error(400, "unauthorized_client", 700016, "Application not found.")
+        if form.get("client_secret") != self.client_secret:
+            return _aad_error(401, "invalid_client", 7000215, "Invalid client secret provided.")
+        token = "fake-token-" + secrets.token_hex(12)
+        with self.lock:
+            self.state.tokens.add(token)
+        return Reply(
+            200,
+            {
+                "token_type": "Bearer",
+                "expires_in": 3599,
+                "ext_expires_in": 3599,
+                "access_token": token,
+            },
+        )
+
+    def _authorize(self, headers: dict[str, str]) -> None:
+        auth = headers.get("authorization", "")
+        with self.lock:
+            known = auth.startswith("Bearer ") and auth.removeprefix("Bearer ") in self.state.tokens
+        if not known:
+            raise ArmError(401, "InvalidAuthenticationToken", "The access token is invalid.")
+
+    def _inject(self, method: str, path: str) -> None:
+        for fault in self.state.faults:
+            if fault.matches(method, path):
+                fault.remaining -= 1
+                if fault.in_operation:
+                    self._pending_failure = fault
+                    return
+                raise ArmError(fault.status, fault.code, fault.message, fault.retry_after)
+        self._pending_failure = None
+
+    # ARM routing ---------------------------------------------------------------
+
+    def _route(self, method: str, path: str, query: dict[str, str], body: bytes) -> Reply:
+        segs = [s for s in path.split("/") if s]
+        low = [s.lower() for s in segs]
+        if len(low) < 2 or low[0] != "subscriptions" or low[1] != self.subscription_id:
+            raise ArmError(404, "SubscriptionNotFound", f"subscription {segs[1:2]} not found")
+        if low[2:5] == ["providers", "microsoft.compute", "skus"]:
+            return self._page(path, query, [s for s in self.skus if _sku_in(s, query)])
+        if low[2:4] == ["providers", "microsoft.compute"] and "operations" in low:
+            return self._poll(segs[-1])
+        if low[2:4] == ["providers", "microsoft.compute"] and "publishers" in low:
+            return self._marketplace(segs)
+        if len(low) < 7 or low[2] != "resourcegroups" or low[4] != "providers":
+            raise ArmError(404, "NotFound", f"no route for {path}")
+        if low[3] != self.resource_group.lower():
+            raise ArmError(404, "ResourceGroupNotFound", f"Resource group '{segs[3]}' not found.")
+        kind, rest = f"{low[5]}/{low[6]}", segs[7:]
+        handler = {
+            "microsoft.compute/virtualmachines": self._vms,
+            "microsoft.network/networkinterfaces": self._nics,
+            "microsoft.compute/disks": self._disks,
+            "microsoft.compute/images": self._images,
+            "microsoft.compute/galleries": self._galleries,
+            "microsoft.compute/sshpublickeys": self._ssh_keys,
+            "microsoft.network/virtualnetworks": self._vnets,
+        }.get(kind)
+        if handler is None:
+            raise ArmError(404, "NotFound", f"no route for {path}")
+        return handler(Req(method, path, query, rest, body))
+
+    def _rid(self, kind: str, name: str) -> str:
+        return (
+            f"/subscriptions/{self.subscription_id}/resourceGroups/{self.resource_group}"
+            f"/providers/{kind}/{name}"
+        )
+
+    def _page(self, path: str, query: dict[str, str], items: list[JSON]) -> Reply:
+        start = int(query.get("$skiptoken", "0"))
+        page = items[start : start + self.page_size]
+        out: JSON = {"value": page}
+        if start + self.page_size < len(items):
+            params = {**query, "$skiptoken": str(start + self.page_size)}
+            out["nextLink"] = f"{self.url}{path}?{urlencode(params)}"
+        return Reply(200, out)
+
+    def _operation(self, error: JSON | None, finish: Any, polls: int | None = None) -> str:
+        op_id = str(uuid.uuid4())
+        self.state.operations[op_id] = Operation(
+            self.lro_polls if polls is None else polls, error, finish
+        )
+        return (
+            f"{self.url}/subscriptions/{self.subscription_id}/providers/Microsoft.Compute"
+            f"/locations/{self.location}/operations/{op_id}?api-version=2024-07-01"
+        )
+
+    def _poll(self, op_id: str) -> Reply:
+        op = self.state.operations.get(op_id)
+        if op is None:
+            raise ArmError(404, "NotFound", f"operation {op_id} not found")
+        if op.polls_left > 0:
+            op.polls_left -= 1
+            return Reply(200, {"name": op_id, "status": "InProgress"})
+        if not op.done:
+            op.done = True
+            if op.finish is not None:
+                op.finish()
+        if op.error is not None:
+            return Reply(200, {"name": op_id, "status": "Failed", "error": op.error})
+        return Reply(200, {"name": op_id, "status": "Succeeded"})
+
+    # virtual machines --------------------------------------------------------------
+
+    def _vms(self, req: Req) -> Reply:
+        if not req.rest:
+            if req.method != "GET":
+                raise ArmError(405, "MethodNotAllowed", req.method)
+            views = [self._vm_view(vm, req.query) for vm in self.state.vms.values()]
+            return self._page(req.path, req.query, views)
+        name = req.rest[0]
+        vm = self.state.vms.get(name.lower())
+        if req.method == "GET":
+            if vm is None:
+                raise ArmError(404, "ResourceNotFound", _not_found("virtualMachines", name))
+            return Reply(200, self._vm_view(vm, req.query))
+        if req.method == "DELETE":
+            return self._delete_vm(name, vm)
+        if req.method == "PUT":
+            return self._put_vm(name, vm, json.loads(req.body))
+        raise ArmError(405, "MethodNotAllowed", req.method)
+
+    def _vm_view(self, vm: JSON, query: dict[str, str]) -> JSON:
+        view = {k: copy.deepcopy(v) for k, v in vm.items() if not k.startswith("_")}
+        props = view["properties"]
+        props.get("osProfile", {}).pop("customData", None)
+        if query.get("$expand") != "userData":
+            props.pop("userData", None)
+        if query.get("$expand") == "instanceView":
+            state = props["provisioningState"].lower()
+            props["instanceView"] = {
+                "statuses": [
+                    {"code": f"ProvisioningState/{state}", "level": "Info"},
+                    {"code": f"PowerState/{vm['_power']}", "level": "Info"},
+                ]
+            }
+        return view
+
+    def _put_vm(self, name: str, vm: JSON | None, body: JSON) -> Reply:
+        if vm is not None and vm["properties"]["provisioningState"] not in ("Failed",):
+            if vm["properties"]["provisioningState"] == "Deleting":
+                raise ArmError(409, "OperationNotAllowed", f"VM {name} is being deleted.")
+            return Reply(200, self._vm_view(vm, {}))  # an update: nothing new to create
+        props = body.get("properties", {})
+        self._validate_vm(props)
+        failure = self._pending_failure
+        error: JSON | None = None
+        if failure is not None:
+            error = {"code": failure.code, "message": failure.message}
+        elif self.state.capacity is not None and self.state.capacity <= 0:
+            error = {"code": "AllocationFailed", "message": _MESSAGES["AllocationFailed"]}
+        elif self.state.capacity is not None:
+            self.state.capacity -= 1
+        vm = self._new_vm(name, body)
+        self.state.vms[name.lower()] = vm
+        self._attach_nics(vm)
+        finish = self._finish_create(vm, error)
+        op_url = self._operation(error, finish)
+        return Reply(201, self._vm_view(vm, {}), {"Azure-AsyncOperation": op_url})
+
+    def _validate_vm(self, props: JSON) -> None:
+        size = props.get("hardwareProfile", {}).get("vmSize", "")
+        if size not in {s["name"] for s in self.skus if s["resourceType"] == "virtualMachines"}:
+            raise ArmError(400, "InvalidParameter", f"The value {size} of vmSize is invalid.")
+        for ref in props.get("networkProfile", {}).get("networkInterfaces", []):
+            if ref.get("id", "").rsplit("/", 1)[-1].lower() not in self.state.nics:
+                raise ArmError(400, "InvalidResourceReference", f"{ref.get('id')} not found.")
+        image = props.get("storageProfile", {}).get("imageReference", {})
+        if not self._image_exists(image):
+            raise ArmError(404, "ImageNotFound", f"image {image} not found.")
+        if props.get("priority") == "Spot" and props.get("evictionPolicy") not in (
+            "Delete",
+            "Deallocate",
+        ):
+            raise ArmError(400, "InvalidParameter", "Spot VMs need an evictionPolicy.")
+        data = props.get("osProfile", {}).get("customData")
+        if data is not None:
+            base64.b64decode(data, validate=True)
+
+    def _new_vm(self, name: str, body: JSON) -> JSON:
+        props = copy.deepcopy(body.get("properties", {}))
+        props["provisioningState"] = "Creating"
+        props["vmId"] = str(uuid.uuid4())
+        props["timeCreated"] = datetime.now(UTC).isoformat()
+        os_disk = props.setdefault("storageProfile", {}).setdefault("osDisk", {})
+        disk_name = os_disk.get("name") or f"{name}_OsDisk_1_{uuid.uuid4().hex}"
+        os_disk["name"] = disk_name
+        os_disk["managedDisk"] = {"id": self._rid("Microsoft.Compute/disks", disk_name)}
+        return {
+            "id": self._rid("Microsoft.Compute/virtualMachines", name),
+            "name": name,
+            "type": "Microsoft.Compute/virtualMachines",
+            "location": body.get("location", self.location),
+            "tags": body.get("tags", {}),
+            **({"zones": body["zones"]} if body.get("zones") else {}),
+            "properties": props,
+            "_power": "starting",
+        }
+
+    def _attach_nics(self, vm: JSON) -> None:
+        for ref in vm["properties"].get("networkProfile", {}).get("networkInterfaces", []):
+            nic = self.state.nics.get(ref["id"].rsplit("/", 1)[-1].lower())
+            if nic is not None:
+                nic["properties"]["virtualMachine"] = {"id": vm["id"]}
+
+    def _finish_create(self, vm: JSON, error: JSON | None) -> Any:
+        def finish() -> None:
+            if error is not None:
+                vm["properties"]["provisioningState"] = "Failed"
+                vm["_power"] = "deallocated"
+                return
+            vm["properties"]["provisioningState"] = "Succeeded"
+            vm["_power"] = "running"
+            disk_name = vm["properties"]["storageProfile"]["osDisk"]["name"]
+            self.state.disks[disk_name.lower()] = {
+                "id": self._rid("Microsoft.Compute/disks", disk_name),
+                "name": disk_name,
+                "location": self.location,
+                "properties": {"provisioningState": "Succeeded", "diskState": "Attached"},
+            }
+
+        return finish
+
+    def _delete_vm(self, name: str, vm: JSON | None) -> Reply:
+        if vm is None:
+            return Reply(204, None)
+        vm["properties"]["provisioningState"] = "Deleting"
+        vm["_power"] = "deallocating"
+
+        def finish() -> None:
+            gone = self.state.vms.pop(name.lower(), None)
+            if gone is not None:
+                self._delete_attached(gone)
+
+        op_url = self._operation(None, finish)
+        return Reply(202, None, {"Azure-AsyncOperation": op_url, "Location": op_url})
+
+    def _delete_attached(self, vm: JSON) -> None:
+        props = vm["properties"]
+        for ref in props.get("networkProfile", {}).get("networkInterfaces", []):
+            nic = self.state.nics.get(ref["id"].rsplit("/", 1)[-1].lower())
+            if nic is None:
+                continue
+            nic["properties"].pop("virtualMachine", None)
+            if self.honor_delete_options and ref.get("properties", {}).get("deleteOption") == (
+                "Delete"
+            ):
+                self.state.nics.pop(nic["name"].lower(), None)
+        os_disk = props.get("storageProfile", {}).get("osDisk", {})
+        if self.honor_delete_options and os_disk.get("deleteOption") == "Delete":
+            self.state.disks.pop(os_disk.get("name", "").lower(), None)
+
+    # network interfaces / disks ------------------------------------------------------
+
+    def _nics(self, req: Req) -> Reply:
+        if not req.rest:
+            return self._page(req.path, req.query, list(self.state.nics.values()))
+        name, method = req.rest[0], req.method
+        nic = self.state.nics.get(name.lower())
+        if method == "GET":
+            if nic is None:
+                raise ArmError(404, "NotFound", _not_found("networkInterfaces", name))
+            return Reply(200, nic)
+        if method == "DELETE":
+            if nic is None:
+                return Reply(204, None)
+            if nic["properties"].get("virtualMachine"):
+                raise ArmError(400, "NicInUse", f"Network interface {name} is used by a VM.")
+            del self.state.nics[name.lower()]
+            return Reply(200, None)
+        if method == "PUT":
+            return self._put_nic(name, nic, json.loads(req.body))
+        raise ArmError(405, "MethodNotAllowed", method)
+
+    def _put_nic(self, name: str, nic: JSON | None, body: JSON) -> Reply:
+        configs = body.get("properties", {}).get("ipConfigurations", [])
+        subnet = (configs[0].get("properties", {}).get("subnet", {}) if configs else {}).get("id")
+        if not subnet or subnet.lower() != self.vnet_subnet.lower():
+            raise ArmError(400, "InvalidResourceReference", f"Subnet {subnet} not found.")
+        if nic is not None:
+            nic["tags"] = body.get("tags", nic.get("tags", {}))
+            return Reply(200, nic)
+        address = f"10.0.{self.state.next_ip // 250}.{self.state.next_ip % 250 + 4}"
+        self.state.next_ip += 1
+        nic_id = self._rid("Microsoft.Network/networkInterfaces", name)
+        nic = {
+            "id": nic_id,
+            "name": name,
+            "location": body.get("location", self.location),
+            "tags": body.get("tags", {}),
+            "properties": {
+                "provisioningState": "Succeeded",
+                "ipConfigurations": [
+                    {
+                        "id": f"{nic_id}/ipConfigurations/{configs[0].get('name', 'ipconfig1')}",
+                        "name": configs[0].get("name", "ipconfig1"),
+                        "properties": {
+                            "privateIPAddress": address,
+                            "privateIPAllocationMethod": "Dynamic",
+                            "subnet": {"id": subnet},
+                            "primary": True,
+                        },
+                    }
+                ],
+            },
+        }
+        self.state.nics[name.lower()] = nic
+        return Reply(201, nic)
+
+    def _disks(self, req: Req) -> Reply:
+        key = req.rest[0].lower() if req.rest else ""
+        disk = self.state.disks.get(key)
+        if req.method == "DELETE" and key:
+            self.state.disks.pop(key, None)
+            return Reply(200 if disk else 204, None)
+        if req.method == "GET" and disk is not None:
+            return Reply(200, disk)
+        raise ArmError(404, "ResourceNotFound", _not_found("disks", "/".join(req.rest)))
+
+    # images ----------------------------------------------------------------------
+
+    def _images(self, req: Req) -> Reply:
+        if req.method == "GET" and req.rest and req.rest[0] in self.managed_images:
+            return Reply(200, {"id": req.path, "name": req.rest[0], "location": self.location})
+        raise ArmError(404, "ResourceNotFound", _not_found("images", "/".join(req.rest)))
+
+    def _vnets(self, req: Req) -> Reply:
+        if req.method == "GET" and req.path.lower() == self.vnet_subnet.lower():
+            props = {"addressPrefix": "10.0.0.0/16", "provisioningState": "Succeeded"}
+            return Reply(200, {"id": self.vnet_subnet, "name": req.rest[-1], "properties": props})
+        raise ArmError(404, "NotFound", _not_found("virtualNetworks", "/".join(req.rest)))
+
+    def _ssh_keys(self, req: Req) -> Reply:
+        key = self.ssh_keys.get(req.rest[0].lower()) if req.rest else None
+        if req.method == "GET" and key is not None:
+            body = {"id": req.path, "name": req.rest[0], "location": self.location}
+            return Reply(200, {**body, "properties": {"publicKey": key}})
+        raise ArmError(404, "ResourceNotFound", _not_found("sshPublicKeys", "/".join(req.rest)))
+
+    def _galleries(self, req: Req) -> Reply:
+        rest = [s.lower() for s in req.rest]  # [gallery, "images", definition, "versions", v]
+        if (
+            req.method == "GET"
+            and len(rest) == 5
+            and (rest[0], rest[2], rest[4]) in self.gallery_versions
+        ):
+            return Reply(200, {"id": req.path, "name": req.rest[4], "location": self.location})
+        raise ArmError(404, "ResourceNotFound", _not_found("galleries", "/".join(req.rest)))
+
+    def _marketplace(self, segs: list[str]) -> Reply:
+        low = [s.lower() for s in segs]
+        # .../publishers/P/artifacttypes/vmimage/offers/O/skus/S/versions[/V]
+        at = low.index("publishers")
+        publisher, offer, sku = low[at + 1], low[at + 5], low[at + 7]
+        versions = self.marketplace.get((publisher, offer, sku))
+        if versions is None:
+            raise ArmError(404, "PlatformImageNotFound", "Platform image not found.")
+        if len(low) == at + 9:  # the versions list: a bare JSON array
+            return Reply(200, [{"name": v, "location": self.location} for v in versions])
+        if low[at + 9] not in versions:
+            raise ArmError(404, "PlatformImageNotFound", "Platform image version not found.")
+        return Reply(200, {"name": low[at + 9], "location": self.location, "properties": {}})
+
+    def _image_exists(self, ref: JSON) -> bool:
+        if ref.get("id"):
+            segs = [s.lower() for s in ref["id"].split("/") if s]
+            if "galleries" in segs:
+                at = segs.index("galleries")
+                key = (segs[at + 1], segs[at + 3], segs[at + 5]) if len(segs) > at + 5 else ()
+                return key in self.gallery_versions
+            return segs[-1] in self.managed_images
+        key3 = (ref.get("publisher", "").lower(), ref.get("offer", "").lower())
+        versions = self.marketplace.get((*key3, ref.get("sku", "").lower()))
+        return versions is not None and ref.get("version") in (*versions, "latest")
+
+
+@dataclass(frozen=True)
+class Req:
+    """One ARM request below .../providers/<namespace>/<type>; `rest` is what follows."""
+
+    method: str
+    path: str
+    query: dict[str, str]
+    rest: list[str]
+    body: bytes
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+_MESSAGES = {
+    "AllocationFailed": "Allocation failed. We do not have sufficient capacity for the requested "
+    "VM size in this region.",
+    "ZonalAllocationFailed": "Allocation failed. We do not have sufficient capacity for the "
+    "requested VM size in this zone.",
+    "SkuNotAvailable": "The requested VM size is currently not available in location 'eastus'.",
+    "OperationNotAllowed": "Operation could not be completed as it results in exceeding approved "
+    "Total Regional Cores quota.",
+    "QuotaExceeded": "Operation could not be completed as it results in exceeding approved quota.",
+    "TooManyRequests": "The request is being throttled.",
+}
+
+
+def _not_found(kind: str, name: str) -> str:
+    return f"The Resource 'Microsoft.Compute/{kind}/{name}' under resource group was not found."
+
+
+def _aad_error(status: int, error: str, code: int, text: str) -> Reply:
+    return Reply(
+        status,
+        {
+            "error": error,
+            "error_description": f"AADSTS{code}: {text}",
+            "error_codes": [code],
+            "timestamp": datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%SZ"),
+            "trace_id": str(uuid.uuid4()),
+            "correlation_id": str(uuid.uuid4()),
+        },
+    )
+
+
+def _sku_in(sku: JSON, query: dict[str, str]) -> bool:
+    wanted = re.search(r"location eq '([^']+)'", query.get("$filter", ""))
+    return wanted is None or wanted.group(1).lower() in [x.lower() for x in sku["locations"]]
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = False  # joined by server_close(), after close_connections()
+    block_on_close = True
+    fake: FakeAzure
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.open_sockets: set[socket.socket] = set()
+        self.sockets_lock = threading.Lock()
+
+    def close_connections(self) -> None:
+        with self.sockets_lock:
+            for sock in list(self.open_sockets):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 30
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        with self.server.sockets_lock:
+            self.server.open_sockets.add(self.connection)
+
+    def finish(self) -> None:
+        with contextlib.suppress(OSError):
+            super().finish()
+        with self.server.sockets_lock:
+            self.server.open_sockets.discard(self.connection)
+
+    def handle(self) -> None:
+        try:
+            getattr(self.connection, "do_handshake")()  # noqa: B009 (an SSLSocket)
+        except (OSError, ssl.SSLError):
+            self.close_connection = True
+            return
+        with contextlib.suppress(OSError, ssl.SSLError):
+            super().handle()
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        reply = self.server.fake.handle(self.command, self.path, headers, body)
+        data = b"" if reply.body is None else json.dumps(reply.body).encode()
+        self.send_response(reply.status)
+        for key, value in reply.headers.items():
+            self.send_header(key, value)
+        if reply.body is not None:
+            self.send_header("Content-Type", "application/json; charset=utf-8")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("x-ms-request-id", str(uuid.uuid4()))
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_PUT = do_DELETE = do_POST = do_PATCH = _serve
+
+
+@contextlib.contextmanager
+def running(**kwargs: Any) -> Iterator[FakeAzure]:
+    fake = FakeAzure(**kwargs).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def main() -> None:
+    """Serve until SIGTERM/SIGINT; print the connection details as one JSON line first."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with running() as fake:
+        print(json.dumps(fake.info()), flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()
