@@ -287,8 +287,8 @@ def _orphans(
     found: dict[str, list[str]] = {}
     for provider, listing in instances.items():
         for instance in listing.values():
-            if instance.instance_id in bound or instance.state in GONE:
-                continue
+            if instance.instance_id in bound or instance.state is InstanceState.TERMINATED:
+                continue  # (an unbound instance in ERROR is junk that may still cost money)
             if instance.request_id in inflight:
                 continue  # its launch is being retried with the same request id
             age = (now - instance.launch_time).total_seconds() if instance.launch_time else 0
