@@ -45,7 +45,9 @@ class Daemon:
         self.config_path = config_path
         self.settings = settings
         self.db = database
-        self.engine = Engine(settings, database, actor="cm-scale")
+        self.status_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.actor = f"cm-scale@{self.status_id}"
+        self.engine = Engine(settings, database, actor=self.actor)
         self.lock: LeaderLock = make_lock(database.url, settings.cluster.name, self.state_dir)
         self.metrics = Metrics()
         self.metrics_port: int | None = None
@@ -54,7 +56,7 @@ class Daemon:
         self.stop_event = threading.Event()
         self.reload_event = threading.Event()
         self.last_report: CycleReport | None = None
-        self.status_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.standby_until = 0.0  # after losing leadership, let a standby take over
         self.scheduler = BackgroundScheduler(timezone=UTC)
 
     @property
@@ -127,7 +129,7 @@ class Daemon:
     def reload(self) -> None:
         try:
             settings = load_settings(self.config_path)
-            engine = Engine(settings, self.db, actor="cm-scale")
+            engine = Engine(settings, self.db, actor=self.actor)
         except ClusterMgrError as exc:
             log.error("reload refused, keeping the running config: %s", exc)
             sdnotify.status(f"reload refused: {exc}")
@@ -160,7 +162,15 @@ class Daemon:
 
     def _lead(self) -> bool:
         was = self.role
-        self.role = "leader" if self.lock.try_acquire() else "standby"
+        if was == "leader" and not self.lock.still_leader():
+            # our lock (or its database session) is gone: step back for a few cycles so a
+            # standby takes over instead of both racing for the lock
+            self.standby_until = time.monotonic() + 3 * self.settings.daemon.interval_s
+            log.warning("lost the leader lock; standing by")
+        if time.monotonic() < self.standby_until:
+            self.role = "standby"
+        else:
+            self.role = "leader" if self.lock.try_acquire() else "standby"
         if self.role != was:
             log.info("now %s", self.role)
         self.metrics.leader.set(1 if self.role == "leader" else 0)
