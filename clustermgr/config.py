@@ -36,6 +36,7 @@ NATURAL_CREDENTIALS = {
     "openstack": "clouds_yaml",
     "local": "none",
 }
+# polling_interval_s is shared by azure (LRO polls) and openstack (waits for ACTIVE).
 PROVIDER_ONLY_KEYS: dict[str, set[str]] = {
     "aws": {"launch_batch_size", "terminate_batch_size", "retry_mode"},
     "azure": {
@@ -43,7 +44,6 @@ PROVIDER_ONLY_KEYS: dict[str, set[str]] = {
         "resource_group",
         "authority_host",
         "disable_instance_discovery",
-        "polling_interval_s",
     },
     "openstack": set(),
     "local": {"subnet", "state_dir"},

@@ -1,0 +1,146 @@
+"""OpenStack failures -> ErrorKind, from the HTTP status or the exception class, never the text.
+
+`ERROR_KINDS` is the one table. Keys, most specific first:
+
+- `(operation, status)`: a status that means something particular for one call. Nova answers
+  an over-quota server create (instances, cores, RAM) with 403 Forbidden (413 before
+  microversion 2.1), so a 403 on "create" is QUOTA; a 403 anywhere else is a policy refusal
+  (AUTH).
+- `("fault", code)`: a server that went to status ERROR, keyed by its fault `code`. Nova's
+  scheduler failures (NoValidHost "No valid host was found", MaxRetriesExceeded "Exhausted all
+  hosts available") are recorded as fault code 500; the cloud had nowhere to put the server,
+  which is CAPACITY. The issue names "No valid host" as CAPACITY; the fault's code and the
+  ERROR status are the signal, the message text is only reported.
+- an HTTP status alone;
+- an exception class name (the first one found along the exception's MRO), for failures
+  that carry no status: connection errors, keystoneauth auth and catalog errors, config.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from clustermgr.errors import ErrorKind
+
+ErrorKey = int | str | tuple[str, int]
+
+ERROR_KINDS: dict[ErrorKey, ErrorKind] = {
+    # one call's own meaning of a status
+    ("create", 403): ErrorKind.QUOTA,  # Nova OverQuota: "Quota exceeded for instances: ..."
+    ("create", 413): ErrorKind.QUOTA,  # the same from Nova before microversion 2.1
+    ("create", 409): ErrorKind.TRANSIENT,  # e.g. a port / name conflict being cleaned up
+    ("delete", 409): ErrorKind.TRANSIENT,  # task in progress (e.g. still building)
+    # a server in status ERROR, by fault code
+    ("fault", 500): ErrorKind.CAPACITY,  # NoValidHost / MaxRetriesExceeded (scheduler)
+    ("fault", 503): ErrorKind.TRANSIENT,  # a service was unavailable while building
+    # HTTP status of any other answer
+    400: ErrorKind.INVALID,
+    401: ErrorKind.AUTH,
+    403: ErrorKind.AUTH,
+    404: ErrorKind.INVALID,
+    408: ErrorKind.TRANSIENT,
+    409: ErrorKind.TRANSIENT,
+    413: ErrorKind.QUOTA,
+    429: ErrorKind.THROTTLED,
+    500: ErrorKind.TRANSIENT,
+    502: ErrorKind.TRANSIENT,
+    503: ErrorKind.TRANSIENT,
+    504: ErrorKind.TRANSIENT,
+    # exception classes (keystoneauth1 / openstacksdk) without an HTTP status
+    "Unauthorized": ErrorKind.AUTH,
+    "AuthorizationFailure": ErrorKind.AUTH,
+    "MissingAuthMethods": ErrorKind.AUTH,
+    "AuthPluginException": ErrorKind.AUTH,  # missing / unknown auth plugin or options
+    "ConfigException": ErrorKind.AUTH,  # no such cloud in clouds.yaml, unreadable file
+    "ConnectTimeout": ErrorKind.TRANSIENT,
+    "ConnectFailure": ErrorKind.TRANSIENT,
+    "SSLError": ErrorKind.TRANSIENT,
+    "ConnectionError": ErrorKind.TRANSIENT,
+    "RetriableConnectionFailure": ErrorKind.TRANSIENT,
+    "RequestException": ErrorKind.TRANSIENT,  # requests' own connection errors
+    "ResourceTimeout": ErrorKind.TRANSIENT,
+    "DiscoveryFailure": ErrorKind.TRANSIENT,
+    "EndpointNotFound": ErrorKind.INVALID,  # no such service in this region's catalog
+    "DuplicateResource": ErrorKind.INVALID,  # a name that matches more than one thing
+    "NotFoundException": ErrorKind.INVALID,  # find_*(ignore_missing=False): no such name / id
+}
+
+# ProviderError.code of "it does not exist": a 404 answer, or find_* finding nothing.
+NOT_FOUND_CODES = frozenset({"HTTP404", "NotFoundException"})
+
+
+@dataclass(frozen=True)
+class OpenStackFailure:
+    kind: ErrorKind
+    code: str
+    message: str
+    status: int | None = None
+    retry_after: float | None = None
+
+
+def http_status(exc: BaseException) -> int | None:
+    """The HTTP status of an openstacksdk (`status_code`) or keystoneauth (`http_status`) error."""
+    for attr in ("status_code", "http_status"):
+        value = getattr(exc, attr, None)
+        if isinstance(value, int):
+            return value
+    return None
+
+
+def classify(exc: BaseException, operation: str = "") -> OpenStackFailure:
+    """What kind of failure `exc` is, for the call `operation` ("create", "delete", ...)."""
+    status = http_status(exc)
+    kind: ErrorKind | None = None
+    if status is not None:
+        kind = ERROR_KINDS.get((operation, status)) or ERROR_KINDS.get(status)
+    names = [klass.__name__ for klass in type(exc).__mro__]
+    if kind is None:
+        kind = next((ERROR_KINDS[n] for n in names if n in ERROR_KINDS), None)
+    code = f"HTTP{status}" if status is not None else names[0]
+    return OpenStackFailure(
+        kind or ErrorKind.OTHER, code, short_message(exc), status, _retry_after(exc)
+    )
+
+
+def fault_failure(fault: Mapping[str, Any] | None) -> OpenStackFailure:
+    """The failure of a server that went to status ERROR, from its `fault` object."""
+    fault = fault or {}
+    code = fault.get("code")
+    number = code if isinstance(code, int) else None
+    kind = ERROR_KINDS.get(("fault", number)) if number is not None else None
+    message = str(fault.get("message") or "server went to ERROR without a fault")
+    label = f"ServerFault{number}" if number is not None else "ServerError"
+    return OpenStackFailure(kind or ErrorKind.OTHER, label, _bounded(message), number)
+
+
+def is_not_found(exc: BaseException) -> bool:
+    return http_status(exc) == 404 or type(exc).__name__ == "NotFoundException"
+
+
+def short_message(exc: BaseException, limit: int = 240) -> str:
+    """The service's own message (Nova's `details`), else the exception text; first line.
+
+    Neither carries credentials: keystoneauth never puts a request body in an error."""
+    details = getattr(exc, "details", None)
+    text = str(details) if details else str(getattr(exc, "message", "") or exc)
+    return _bounded(text, limit) or type(exc).__name__
+
+
+def _bounded(text: str, limit: int = 240) -> str:
+    lines = text.strip().splitlines()
+    return lines[0][:limit] if lines else ""
+
+
+def _retry_after(exc: BaseException) -> float | None:
+    """Seconds from a Retry-After header (throttling answers), if the error has a response."""
+    response = getattr(exc, "response", None)
+    headers = getattr(response, "headers", None)
+    if headers is None:
+        return None
+    value = headers.get("Retry-After")
+    try:
+        return max(0.0, float(value)) if value is not None else None
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,379 @@
+"""One OpenStack launch: validate, reuse earlier servers, create in rounds, wait for ACTIVE.
+
+Each node gets one server named `<cluster>-<node>` whose metadata carries our tags, the node
+name and the request id. A retry with the same request id finds that server by name and
+metadata and reuses it. Each round creates one server per node that still needs one (the
+next flavor x zone of the spec), then reads the servers until none is BUILDing. A server that
+ends in ERROR is deleted; when its fault is a scheduling failure (CAPACITY, "No valid host")
+the node tries its next flavor in the next round. QUOTA or THROTTLED (after backoff) on a
+create stops the creations still to come in this launch: they would fail the same way.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.providers.base import (
+    TAG_NODE,
+    TAG_REQUEST,
+    CloudInstance,
+    LaunchError,
+    LaunchResult,
+    LaunchSpec,
+    invalid,
+    ours,
+)
+from clustermgr.providers.openstack_errors import NOT_FOUND_CODES, fault_failure
+from clustermgr.providers.openstack_shapes import instance_of, server_name
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from clustermgr.providers.openstack import OpenStackProvider
+
+log = logging.getLogger(__name__)
+
+BUILDING = frozenset({"BUILD", "REBUILD"})
+
+
+@dataclass(frozen=True)
+class Attempt:
+    flavor: str
+    flavor_id: str
+    zone: str | None
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What validation found: ids for what the spec names."""
+
+    attempts: tuple[Attempt, ...]
+    image_id: str
+    networks: list[dict[str, str]] | str
+    key_name: str | None
+
+
+@dataclass
+class NodeTask:
+    node: str
+    name: str
+    attempts: deque[Attempt]
+    current: Attempt | None = None
+    server_id: str | None = None
+    server: Any = None
+    instance: CloudInstance | None = None
+    errors: list[LaunchError] = field(default_factory=list)
+    done: bool = False
+
+    @property
+    def wants_server(self) -> bool:
+        return (
+            not self.done
+            and self.instance is None
+            and self.server_id is None
+            and bool(self.attempts)
+        )
+
+    @property
+    def waiting(self) -> bool:
+        return not self.done and self.instance is None and self.server_id is not None
+
+    def fail(self, kind: ErrorKind, code: str, message: str, final: bool = True) -> None:
+        at = self.current
+        zone = at.zone if at else None
+        self.errors.append(LaunchError(kind, code, message, at.flavor if at else None, zone, 1))
+        self.done = self.done or final
+
+
+class Launcher:
+    def __init__(
+        self, provider: OpenStackProvider, spec: LaunchSpec, count: int, request_id: str
+    ) -> None:
+        self.provider = provider
+        self.spec = spec
+        self.count = count
+        self.request_id = request_id
+        self.halt: ProviderError | None = None  # QUOTA / THROTTLED: stop creating
+        self.names: dict[str, str] = {}
+
+    def run(self) -> LaunchResult:
+        result = LaunchResult(request_id=self.request_id, requested=self.count)
+        try:
+            plan = self.validate()
+        except ProviderError as exc:
+            if exc.kind in (ErrorKind.INVALID, ErrorKind.AUTH):
+                raise
+            result.errors.append(LaunchError(exc.kind, exc.code, exc.args[0], count=self.count))
+            return result
+        nodes = self.spec.node_names[: self.count]
+        if not nodes:
+            return result
+        log.info(
+            "launching %d server(s) of template %s (request %s)",
+            len(nodes),
+            self.spec.template,
+            self.request_id,
+        )
+        cluster = self.provider.cluster
+        tasks = [NodeTask(n, server_name(cluster, n), deque(plan.attempts)) for n in nodes]
+        self.names = self.provider.flavor_names()
+        try:
+            self.adopt(tasks)
+            while any(t.wants_server or t.waiting for t in tasks):
+                self.create_round(tasks, plan)
+                self.wait_round(tasks)
+        except ProviderError as exc:
+            if exc.kind is ErrorKind.AUTH:
+                raise
+            for task in tasks:
+                if task.instance is None and not task.done:
+                    task.fail(exc.kind, exc.code, exc.args[0])
+        for task in tasks:
+            if task.instance is not None:
+                result.instances.append(task.instance)
+            result.errors.extend(task.errors)
+        result.errors = merge(result.errors)
+        return result
+
+    # ------------------------------------------------------------------ validation
+
+    def bad(self, field_name: str, value: str, why: str) -> ProviderError:
+        return invalid(self.provider.name, self.spec.template, field_name, value, why)
+
+    def validate(self) -> Plan:
+        """Raise INVALID (naming template and field) for anything the cloud does not know."""
+        spec = self.spec
+        if self.count > len(spec.node_names):
+            raise self.bad("node_names", str(len(spec.node_names)), f"{self.count} need names")
+        if not spec.instance_types:
+            raise self.bad("instance_types", "", "at least one flavor is needed")
+        flavors = self.flavor_ids(spec.instance_types)
+        zones: tuple[str | None, ...] = tuple(spec.zones) or (None,)
+        attempts = tuple(Attempt(f, flavors[f], z) for f in spec.instance_types for z in zones)
+        return Plan(attempts, self.image_id(), self.networks(), self.key_name())
+
+    def flavor_ids(self, wanted: tuple[str, ...]) -> dict[str, str]:
+        """Flavor name (or id) in the spec -> flavor id; refreshed once before giving up."""
+        known = _by_name_and_id(self.provider.flavors())
+        if any(w not in known for w in wanted):
+            known = _by_name_and_id(self.provider.refresh_flavors())
+        for itype in wanted:
+            if itype not in known:
+                raise self.bad("instance_types", itype, f"no such flavor in {self.provider.region}")
+        return {w: known[w] for w in wanted}
+
+    def image_id(self) -> str:
+        image_api = self.provider.service("image")
+        image = self.lookup(
+            "image",
+            self.spec.image,
+            lambda: image_api.find_image(self.spec.image, ignore_missing=False),
+        )
+        status = str(getattr(image, "status", "active") or "active").lower()
+        if status != "active":
+            raise self.bad("image", self.spec.image, f"image status is {status}, not active")
+        return str(image.id)
+
+    def networks(self) -> list[dict[str, str]] | str:
+        """Nova's `networks`: the named network, else "auto" (Nova picks or allocates one)."""
+        network = self.spec.network
+        if not network:
+            return "auto"
+        network_api = self.provider.service("network")
+        found = self.lookup(
+            "network", network, lambda: network_api.find_network(network, ignore_missing=False)
+        )
+        return [{"uuid": str(found.id)}]
+
+    def key_name(self) -> str | None:
+        key = self.spec.key_name
+        if not key:
+            return None
+        compute = self.provider.service("compute")
+        self.lookup("key_name", key, lambda: compute.find_keypair(key, ignore_missing=False))
+        return key
+
+    def lookup(self, field_name: str, value: str, fn: Callable[[], Any]) -> Any:
+        """fn() finds what the spec names (find_* with ignore_missing=False); not found (404)
+        or an ambiguous name (DuplicateResource) -> INVALID naming the field."""
+        try:
+            found = self.provider.call(f"looking up {field_name} {value}", fn)
+        except ProviderError as exc:
+            if exc.code in NOT_FOUND_CODES:
+                raise self.bad(field_name, value, f"not found in {self.provider.region}") from None
+            if exc.kind is ErrorKind.INVALID:
+                raise self.bad(field_name, value, exc.args[0]) from None
+            raise
+        if found is None:
+            raise self.bad(field_name, value, f"not found in {self.provider.region}")
+        return found
+
+    # ------------------------------------------------------------------ reuse
+
+    def adopt(self, tasks: list[NodeTask]) -> None:
+        """Servers of these names from earlier tries: reuse ours, clear failed ones."""
+        wanted = {t.name: t for t in tasks}
+        found: dict[str, list[Any]] = {}
+        for server in self.provider.our_servers():
+            if server.name in wanted:
+                found.setdefault(server.name, []).append(server)
+        for name, servers in found.items():
+            self.adopt_one(wanted[name], servers)
+
+    def adopt_one(self, task: NodeTask, servers: list[Any]) -> None:
+        live, deleting = [], []
+        for server in servers:
+            if str(server.status).upper() == "ERROR":  # a failed try: clear it, try again
+                self.discard(str(server.id))
+            elif getattr(server, "task_state", None) == "deleting":
+                deleting.append(server)
+            else:
+                live.append(server)
+        mine = [s for s in live if (s.metadata or {}).get(TAG_REQUEST) == self.request_id]
+        if mine:
+            self.reuse(task, mine[0])
+        elif live:
+            other = (live[0].metadata or {}).get(TAG_REQUEST)
+            message = f"server {task.name} ({live[0].id}) exists for request {other}"
+            task.fail(ErrorKind.OTHER, "NameInUse", message)
+        elif deleting:
+            message = f"server {task.name} is still being deleted"
+            task.fail(ErrorKind.TRANSIENT, "Deleting", message)
+
+    def reuse(self, task: NodeTask, server: Any) -> None:
+        log.info("reusing server %s (%s) of request %s", task.name, server.id, self.request_id)
+        task.server_id, task.server = str(server.id), server
+        flavor = instance_of(server, self.names).instance_type
+        tried = [a for a in task.attempts if a.flavor == flavor or a.flavor_id == flavor]
+        if tried:  # later rounds go on with the flavors after this one
+            task.current = tried[0]
+            while task.attempts and task.attempts[0] != tried[0]:
+                task.attempts.popleft()
+            task.attempts.popleft()
+        if str(server.status).upper() not in BUILDING:
+            task.instance = instance_of(server, self.names)
+
+    def discard(self, server_id: str) -> None:
+        """Delete a failed server; if that fails too, say so and go on (reconcile cleans up)."""
+        try:
+            self.provider.delete_server(server_id)
+        except ProviderError as exc:
+            if exc.kind is ErrorKind.AUTH:
+                raise
+            log.warning("could not delete failed server %s: %s", server_id, exc)
+
+    # ------------------------------------------------------------------ create
+
+    def create_round(self, tasks: list[NodeTask], plan: Plan) -> None:
+        todo = [t for t in tasks if t.wants_server]
+        self.provider.parallel(lambda t: self.create_one(t, plan), todo)
+
+    def create_one(self, task: NodeTask, plan: Plan) -> None:
+        task.current = task.attempts.popleft()
+        halt = self.halt
+        if halt is not None:
+            task.fail(halt.kind, halt.code, halt.args[0])
+            return
+        attrs = self.server_attrs(task, plan)
+        compute = self.provider.service("compute")
+        try:
+            server = self.provider.call(
+                f"creating server {task.name} ({task.current.flavor})",
+                lambda: compute.create_server(**attrs),
+                operation="create",
+            )
+        except ProviderError as exc:
+            if exc.kind is ErrorKind.AUTH:
+                raise
+            retry = exc.kind is ErrorKind.CAPACITY and bool(task.attempts)
+            task.fail(exc.kind, exc.code, exc.args[0], final=not retry)
+            if exc.kind in (ErrorKind.QUOTA, ErrorKind.THROTTLED):
+                self.halt = exc
+            return
+        task.server_id = str(server.id)
+
+    def server_attrs(self, task: NodeTask, plan: Plan) -> dict[str, Any]:
+        spec, attempt = self.spec, task.current
+        assert attempt is not None
+        tags = ours(self.provider.cluster, spec.template, self.request_id, spec.tags)
+        attrs: dict[str, Any] = {
+            "name": task.name,
+            "flavor_id": attempt.flavor_id,
+            "image_id": plan.image_id,
+            "networks": plan.networks,
+            "metadata": {**tags, TAG_NODE: task.node},
+        }
+        if spec.user_data:
+            attrs["user_data"] = base64.b64encode(spec.user_data.encode()).decode("ascii")
+        if plan.key_name:
+            attrs["key_name"] = plan.key_name
+        if spec.security_groups:
+            attrs["security_groups"] = [{"name": g} for g in spec.security_groups]
+        if attempt.zone:
+            attrs["availability_zone"] = attempt.zone
+        return attrs
+
+    # ------------------------------------------------------------------ wait
+
+    def wait_round(self, tasks: list[NodeTask]) -> None:
+        """Read the servers until none of this round's is BUILDing, or the time is up."""
+        waiting = [t for t in tasks if t.waiting]
+        timing = self.provider.timing
+        deadline = time.monotonic() + timing.active_timeout_s
+        while waiting:
+            time.sleep(timing.poll_interval_s)
+            seen = {str(s.id): s for s in self.provider.our_servers()}
+            waiting = [t for t in waiting if not self.settle(t, seen.get(t.server_id or ""))]
+            if waiting and time.monotonic() >= deadline:
+                for task in waiting:
+                    log.warning("server %s still %s: returned as pending", task.name, "BUILD")
+                    task.instance = instance_of(task.server, self.names)
+                return
+
+    def settle(self, task: NodeTask, server: Any) -> bool:
+        """True when the server is done building (or gone); False while it is BUILDing."""
+        if server is None:
+            task.server_id = None
+            task.fail(ErrorKind.OTHER, "ServerGone", f"server {task.name} vanished while building")
+            return True
+        task.server = server
+        status = str(server.status).upper()
+        if status in BUILDING:
+            return False
+        if status != "ERROR":
+            task.instance = instance_of(server, self.names)
+            return True
+        failure = fault_failure(getattr(server, "fault", None))
+        log.info("server %s went to ERROR (%s): %s", task.name, failure.code, failure.message)
+        self.discard(str(server.id))
+        task.server_id = None
+        retry = failure.kind is ErrorKind.CAPACITY and bool(task.attempts)
+        message = f"server {task.name}: {failure.message}"
+        task.fail(failure.kind, failure.code, message, final=not retry)
+        return True
+
+
+def _by_name_and_id(flavors: list[Any]) -> dict[str, str]:
+    known: dict[str, str] = {}
+    for flavor in flavors:
+        known[str(flavor.id)] = str(flavor.id)
+        known.setdefault(str(flavor.name), str(flavor.id))
+    return known
+
+
+def merge(errors: list[LaunchError]) -> list[LaunchError]:
+    """One LaunchError per (kind, code, type, zone), counts added, first-seen order."""
+    merged: dict[tuple[Any, ...], LaunchError] = {}
+    for err in errors:
+        key = (err.kind, err.code, err.instance_type, err.zone)
+        old = merged.get(key)
+        if old is not None:
+            err = LaunchError(err.kind, err.code, old.message, *key[2:], old.count + err.count)
+        merged[key] = err
+    return list(merged.values())

@@ -1,0 +1,997 @@
+"""A small fake OpenStack cloud (Keystone v3 + Nova v2.1 + Glance v2 + Neutron v2.0) over
+plain HTTP on 127.0.0.1, for the real openstacksdk.
+
+It answers what openstacksdk calls for clustermgr: version discovery documents, the password
+token flow (`POST /identity/v3/auth/tokens`, a catalog pointing back at this server, 401 for
+a wrong password), flavors (detail, with `extra_specs`), servers (create, list and detail list
+paged with `marker`/`limit` and `servers_links`, get, delete), images and networks by name or
+id, and key pairs. A new server is BUILD for `build_polls` reads, then ACTIVE, or ERROR with
+the fault {"code": 500, "message": "No valid host was found. ..."} when capacity is exhausted.
+
+Faults are injected from the test process through thread-safe methods (`fail_next`,
+`fail_next_creates`, `limit_capacity`, `set_quota`, `set_build_polls`, `set_password`), or from
+another process by POSTing JSON to `/_fake/<method>` (see CONTROL_METHODS, `remote_control`).
+`python -m tests.fakes.openstack_fake CLOUDS_YAML` runs one until SIGTERM, writes a clouds.yaml
+for it and prints its connection details as one JSON line, for end-to-end tests where the
+provider lives in a separate daemon process (give that process OS_CLIENT_CONFIG_FILE).
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import copy
+import json
+import re
+import secrets
+import signal
+import socket
+import sys
+import threading
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
+
+import requests
+
+JSON = dict[str, Any]
+
+REGION = "RegionOne"
+USERNAME = "burst-user"
+PROJECT = "burst-project"
+DOMAIN = "Default"
+CLOUD_NAME = "fakestack"
+NOVA_MAX_MICROVERSION = "2.96"
+NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
+QUOTA_MESSAGE = "Quota exceeded for instances: Requested 1, but already used {used} of {limit}"
+THROTTLE_MESSAGE = "This request was rate-limited."
+UPDATED = "2013-07-23T11:33:21Z"
+
+
+def _flavor(fid: str, name: str, vcpus: int, ram_mb: int, specs: dict[str, str]) -> JSON:
+    return {
+        "id": fid,
+        "name": name,
+        "vcpus": vcpus,
+        "ram": ram_mb,
+        "disk": 40,
+        "OS-FLV-EXT-DATA:ephemeral": 0,
+        "swap": 0,
+        "rxtx_factor": 1.0,
+        "os-flavor-access:is_public": True,
+        "OS-FLV-DISABLED:disabled": False,
+        "description": None,
+        "extra_specs": dict(specs),
+    }
+
+
+DEFAULT_FLAVORS: list[JSON] = [
+    _flavor("1", "m1.small", 1, 2048, {}),
+    _flavor("2", "m1.large", 4, 8192, {"hw:cpu_policy": "dedicated"}),
+    _flavor("10", "g1.a100x8", 96, 1_048_576, {"pci_passthrough:alias": "a100:8"}),
+    _flavor("11", "g1.a100x1", 12, 131_072, {"pci_passthrough:alias": "a100:1"}),
+    _flavor(
+        "12", "g1.pgpu", 16, 65_536, {"resources:PGPU": "2", "trait:CUSTOM_GPU_L40S": "required"}
+    ),
+]
+DEFAULT_IMAGES = {"ubuntu-24.04": "7e1f3c2a-0000-4000-8000-000000000001"}
+DEFAULT_NETWORKS = {"burst-net": "5b0e9d1c-0000-4000-8000-000000000002"}
+DEFAULT_KEYPAIRS = {"burst-key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeFakeFake burst"}
+
+# Which control endpoint names map to which public methods (for a fake in another process).
+CONTROL_METHODS = (
+    "fail_next",
+    "fail_next_creates",
+    "limit_capacity",
+    "set_quota",
+    "set_build_polls",
+    "set_password",
+    "clear_faults",
+    "set_status",
+)
+
+
+class NovaError(Exception):
+    """Answer with an OpenStack error body: {"<kind>": {"code": status, "message": ...}}."""
+
+    KINDS = {
+        400: "badRequest",
+        401: "unauthorized",
+        403: "forbidden",
+        404: "itemNotFound",
+        409: "conflictingRequest",
+        413: "overLimit",
+        429: "overLimit",
+        500: "computeFault",
+        503: "serviceUnavailable",
+    }
+
+    def __init__(self, status: int, message: str, retry_after: str | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.retry_after = retry_after
+
+    def body(self) -> JSON:
+        if self.status == 401:  # keystonemiddleware / keystone shape
+            return {"error": {"code": 401, "title": "Unauthorized", "message": self.message}}
+        kind = self.KINDS.get(self.status, "computeFault")
+        return {kind: {"code": self.status, "message": self.message}}
+
+
+@dataclass
+class Fault:
+    """Answer the next `remaining` requests of `method` whose path contains `path_contains`."""
+
+    method: str
+    path_contains: str
+    status: int
+    message: str
+    remaining: int
+    retry_after: str | None = None
+
+    def matches(self, method: str, path: str) -> bool:
+        return self.remaining > 0 and method == self.method and self.path_contains in path
+
+
+@dataclass
+class FakeState:
+    servers: dict[str, JSON] = field(default_factory=dict)  # insertion order = creation order
+    tokens: dict[str, datetime] = field(default_factory=dict)
+    faults: list[Fault] = field(default_factory=list)
+    capacity: int | None = None  # servers that can still become ACTIVE (None: unlimited)
+    capacity_faults: int = 0  # the next N created servers go to ERROR "No valid host"
+    quota_instances: int | None = None  # 403 "Quota exceeded for instances" above this
+    requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path?query)
+    next_address: int = 10
+
+
+@dataclass(frozen=True)
+class Req:
+    method: str
+    path: str
+    query: dict[str, str]
+    segs: list[str]
+    body: bytes
+
+    def json(self) -> JSON:
+        try:
+            data = json.loads(self.body or b"{}")
+        except ValueError:
+            raise NovaError(400, "Malformed request body") from None
+        if not isinstance(data, dict):
+            raise NovaError(400, "Malformed request body")
+        return data
+
+
+@dataclass
+class Reply:
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class FakeOpenStack:
+    """The fake cloud. Start with `start()` (or `with FakeOpenStack() as fake:`), then `stop()`."""
+
+    def __init__(
+        self,
+        *,
+        page_size: int = 2,
+        build_polls: int = 1,
+        password: str | None = None,
+        region: str = REGION,
+        max_microversion: str = NOVA_MAX_MICROVERSION,
+        flavors: list[JSON] | None = None,
+    ) -> None:
+        self.username = USERNAME
+        self.project = PROJECT
+        self.domain = DOMAIN
+        self.password = password or "fake-pw-" + secrets.token_hex(8)
+        self.region = region
+        # Below 2.61 flavors come without extra_specs; below 2.47 a server's flavor is an id.
+        self.max_microversion = max_microversion
+        self.page_size = page_size  # Nova's max_limit: the most servers on one page
+        self.build_polls = build_polls
+        self.flavors = copy.deepcopy(flavors if flavors is not None else DEFAULT_FLAVORS)
+        self.images = dict(DEFAULT_IMAGES)
+        self.networks = dict(DEFAULT_NETWORKS)
+        self.keypairs = dict(DEFAULT_KEYPAIRS)
+        self.project_id = uuid.uuid5(uuid.NAMESPACE_DNS, PROJECT).hex
+        self.user_id = uuid.uuid5(uuid.NAMESPACE_DNS, USERNAME).hex
+        self.lock = threading.RLock()
+        self.state = FakeState()
+        self._server: _Server | None = None
+        self._thread: threading.Thread | None = None
+
+    # ----------------------------------------------------------------- lifecycle
+
+    def start(self) -> FakeOpenStack:
+        server = _Server(("127.0.0.1", 0), _Handler)
+        server.fake = self
+        self._server = server
+        self._thread = threading.Thread(
+            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="openstack-fake"
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.close_connections()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def __enter__(self) -> FakeOpenStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "fake not started"
+        return int(self._server.server_address[1])
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def auth_url(self) -> str:
+        return f"{self.url}/identity/v3"
+
+    def info(self) -> JSON:
+        return {
+            "url": self.url,
+            "auth_url": self.auth_url,
+            "region": self.region,
+            "username": self.username,
+            "password": self.password,
+            "project_name": self.project,
+            "domain": self.domain,
+            "image": next(iter(self.images)),
+            "network": next(iter(self.networks)),
+            "key_name": next(iter(self.keypairs)),
+            "flavors": [f["name"] for f in self.flavors],
+        }
+
+    def cloud_entry(self, password: str | None = None) -> JSON:
+        """One `clouds:` entry of a clouds.yaml for this fake."""
+        return {
+            "auth_type": "password",
+            "auth": {
+                "auth_url": self.auth_url,
+                "username": self.username,
+                "password": self.password if password is None else password,
+                "project_name": self.project,
+                "user_domain_name": self.domain,
+                "project_domain_name": self.domain,
+            },
+            "region_name": self.region,
+            "identity_api_version": 3,
+            "interface": "public",
+        }
+
+    def write_clouds_yaml(self, path: Path, clouds: dict[str, str | None] | None = None) -> Path:
+        """Write a clouds.yaml: {cloud name: password (None: the right one)}. JSON is YAML."""
+        wanted = clouds if clouds is not None else {CLOUD_NAME: None}
+        doc = {"clouds": {name: self.cloud_entry(pw) for name, pw in wanted.items()}}
+        path.write_text(json.dumps(doc, indent=2) + "\n")
+        path.chmod(0o600)
+        return path
+
+    # ----------------------------------------------------------------- fault injection
+
+    def fail_next(
+        self,
+        method: str,
+        path_contains: str,
+        status: int,
+        attempts: int = 1,
+        message: str = "",
+        retry_after: str | None = None,
+    ) -> None:
+        """Fail the next `attempts` requests of `method` whose path contains `path_contains`
+        (e.g. "/compute/v2.1/servers") with HTTP `status` and an OpenStack error body."""
+        fault = Fault(
+            method.upper(),
+            path_contains,
+            status,
+            message or f"injected {status}",
+            attempts,
+            retry_after,
+        )
+        with self.lock:
+            self.state.faults.append(fault)
+
+    def fail_next_creates(self, kind: str, attempts: int = 1, retry_after: str = "0") -> None:
+        """Fail the next `attempts` server creations as OpenStack signals `kind`:
+        "capacity": accepted, then the server goes to ERROR with fault 500 "No valid host";
+        "quota": 403 "Quota exceeded for instances"; "throttle": 429 with Retry-After."""
+        if kind == "capacity":
+            with self.lock:
+                self.state.capacity_faults += attempts
+        elif kind == "quota":
+            message = QUOTA_MESSAGE.format(used=10, limit=10) + " instances"
+            self.fail_next("POST", "/compute/v2.1/servers", 403, attempts, message)
+        elif kind == "throttle":
+            self.fail_next(
+                "POST", "/compute/v2.1/servers", 429, attempts, THROTTLE_MESSAGE, retry_after
+            )
+        else:
+            raise ValueError(f"unknown fault kind {kind!r}")
+
+    def limit_capacity(self, instances: int | None) -> None:
+        """Only `instances` more servers can go ACTIVE, then "No valid host" (None: no limit)."""
+        with self.lock:
+            self.state.capacity = instances
+
+    def set_quota(self, instances: int | None) -> None:
+        """At most `instances` servers may exist; more is 403 (None: no quota)."""
+        with self.lock:
+            self.state.quota_instances = instances
+
+    def set_build_polls(self, polls: int) -> None:
+        with self.lock:
+            self.build_polls = polls
+
+    def set_password(self, password: str) -> None:
+        """Change the user's password (and revoke every token issued so far)."""
+        with self.lock:
+            self.password = password
+            self.state.tokens.clear()
+
+    def set_status(self, server_id: str, status: str) -> None:
+        with self.lock:
+            server = self.state.servers[server_id]
+            server["status"] = status
+            server["_fate"] = status
+
+    def clear_faults(self) -> None:
+        with self.lock:
+            self.state.faults.clear()
+            self.state.capacity = None
+            self.state.capacity_faults = 0
+            self.state.quota_instances = None
+
+    # ----------------------------------------------------------------- inspection
+
+    def servers(self) -> list[JSON]:
+        """Every server that exists, as stored (with the fake's own `_` keys)."""
+        with self.lock:
+            return copy.deepcopy(list(self.state.servers.values()))
+
+    def server_names(self) -> list[str]:
+        return sorted(s["name"] for s in self.servers())
+
+    def requests(self, method: str | None = None, path_contains: str = "") -> list[tuple[str, str]]:
+        with self.lock:
+            return [
+                (m, p)
+                for m, p in self.state.requests
+                if (method is None or m == method) and path_contains in p
+            ]
+
+    # ----------------------------------------------------------------- request handling
+
+    def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
+        parts = urlsplit(raw_path)
+        path = unquote(parts.path)
+        query = {k: v[0] for k, v in parse_qs(parts.query).items()}
+        req = Req(method, path, query, [s for s in path.split("/") if s], body)
+        with self.lock:
+            self.state.requests.append((method, raw_path))
+        try:
+            if path.startswith("/_fake/"):
+                return self._control(path.removeprefix("/_fake/"), body)
+            with self.lock:
+                return self._route(req, headers)
+        except NovaError as err:
+            extra = {"Retry-After": err.retry_after} if err.retry_after else {}
+            return Reply(err.status, err.body(), extra)
+
+    def _control(self, name: str, body: bytes) -> Reply:
+        if name == "info":
+            return Reply(200, self.info())
+        if name not in CONTROL_METHODS:
+            raise NovaError(404, f"no control method {name}")
+        getattr(self, name)(**(json.loads(body) if body else {}))
+        return Reply(200, {"ok": True})
+
+    def _route(self, req: Req, headers: dict[str, str]) -> Reply:
+        service = req.segs[0] if req.segs else ""
+        if service == "identity":
+            return self._identity(req)
+        discovery = {"compute": self._nova_versions, "image": self._glance_versions}
+        discovery["networking"] = self._neutron_versions
+        if service in discovery and req.method == "GET" and len(req.segs) <= 2:
+            return discovery[service](req)
+        if service not in discovery:
+            raise NovaError(404, f"no service at {req.path}")
+        self._authorize(headers)
+        self._inject(req)
+        if service == "compute":
+            return self._compute(req)
+        if service == "image":
+            return self._glance(req)
+        return self._neutron(req)
+
+    def _authorize(self, headers: dict[str, str]) -> None:
+        token = headers.get("x-auth-token", "")
+        expires = self.state.tokens.get(token)
+        if expires is None or expires < datetime.now(UTC):
+            raise NovaError(401, "The request you have made requires authentication.")
+
+    def _inject(self, req: Req) -> None:
+        target = req.path + ("?" + urlencode(req.query) if req.query else "")
+        for fault in self.state.faults:
+            if fault.matches(req.method, target):
+                fault.remaining -= 1
+                raise NovaError(fault.status, fault.message, fault.retry_after)
+
+    # Keystone ----------------------------------------------------------------
+
+    def _keystone_version(self) -> JSON:
+        return {
+            "id": "v3.14",
+            "status": "stable",
+            "updated": "2020-04-07T00:00:00Z",
+            "links": [{"rel": "self", "href": f"{self.url}/identity/v3/"}],
+            "media-types": [
+                {"base": "application/json", "type": "application/vnd.openstack.identity-v3+json"}
+            ],
+        }
+
+    def _identity(self, req: Req) -> Reply:
+        rest = req.segs[1:]
+        if req.method == "GET" and rest == []:
+            return Reply(300, {"versions": {"values": [self._keystone_version()]}})
+        if req.method == "GET" and rest == ["v3"]:
+            return Reply(200, {"version": self._keystone_version()})
+        if req.method == "POST" and rest == ["v3", "auth", "tokens"]:
+            return self._issue_token(req.json())
+        raise NovaError(404, f"no identity route {req.path}")
+
+    def _issue_token(self, body: JSON) -> Reply:
+        auth = body.get("auth", {})
+        user = auth.get("identity", {}).get("password", {}).get("user", {})
+        if user.get("name") != self.username or user.get("password") != self.password:
+            raise NovaError(401, "The request you have made requires authentication.")
+        token = "gAAAAA" + secrets.token_urlsafe(24)
+        now = datetime.now(UTC)
+        expires = now + timedelta(hours=1)
+        self.state.tokens[token] = expires
+        domain = {"id": "default", "name": self.domain}
+        return Reply(
+            201,
+            {
+                "token": {
+                    "methods": ["password"],
+                    "expires_at": _iso(expires, micro=True),
+                    "issued_at": _iso(now, micro=True),
+                    "audit_ids": [secrets.token_urlsafe(16)],
+                    "user": {"id": self.user_id, "name": self.username, "domain": domain},
+                    "project": {"id": self.project_id, "name": self.project, "domain": domain},
+                    "roles": [{"id": "r1", "name": "member"}, {"id": "r2", "name": "reader"}],
+                    "is_domain": False,
+                    "catalog": self._catalog(),
+                }
+            },
+            {"X-Subject-Token": token},
+        )
+
+    def _catalog(self) -> list[JSON]:
+        services = [
+            ("identity", "keystone", f"{self.url}/identity"),
+            ("compute", "nova", f"{self.url}/compute/v2.1"),
+            ("image", "glance", f"{self.url}/image"),
+            ("network", "neutron", f"{self.url}/networking"),
+        ]
+        return [
+            {
+                "type": kind,
+                "name": name,
+                "id": uuid.uuid5(uuid.NAMESPACE_URL, kind).hex,
+                "endpoints": [
+                    {
+                        "id": uuid.uuid5(uuid.NAMESPACE_URL, kind + iface).hex,
+                        "interface": iface,
+                        "region": self.region,
+                        "region_id": self.region,
+                        "url": url,
+                    }
+                    for iface in ("public", "internal")
+                ],
+            }
+            for kind, name, url in services
+        ]
+
+    # discovery ---------------------------------------------------------------
+
+    def _nova_version(self) -> JSON:
+        return {
+            "id": "v2.1",
+            "status": "CURRENT",
+            "version": self.max_microversion,
+            "min_version": "2.1",
+            "updated": UPDATED,
+            "links": [{"rel": "self", "href": f"{self.url}/compute/v2.1/"}],
+        }
+
+    def _nova_versions(self, req: Req) -> Reply:
+        if req.segs[1:] == ["v2.1"]:
+            return Reply(200, {"version": self._nova_version()})
+        if req.segs[1:]:
+            raise NovaError(404, f"no compute version at {req.path}")
+        return Reply(200, {"versions": [self._nova_version()]})
+
+    def _glance_versions(self, req: Req) -> Reply:
+        if req.segs[1:] not in ([], ["v2"]):
+            raise NovaError(404, f"no image version at {req.path}")
+        link = [{"rel": "self", "href": f"{self.url}/image/v2/"}]
+        return Reply(300, {"versions": [{"id": "v2.16", "status": "CURRENT", "links": link}]})
+
+    def _neutron_versions(self, req: Req) -> Reply:
+        if req.segs[1:] not in ([], ["v2.0"]):
+            raise NovaError(404, f"no network version at {req.path}")
+        link = [{"rel": "self", "href": f"{self.url}/networking/v2.0/"}]
+        return Reply(200, {"versions": [{"id": "v2.0", "status": "CURRENT", "links": link}]})
+
+    # Nova --------------------------------------------------------------------
+
+    def _compute(self, req: Req) -> Reply:
+        rest = req.segs[2:]  # after /compute/v2.1
+        head = rest[0] if rest else ""
+        if head == "flavors":
+            return self._flavors(req, rest[1:])
+        if head == "servers":
+            return self._servers(req, rest[1:])
+        if head == "os-keypairs" and req.method == "GET":
+            return self._keypairs(rest[1:])
+        raise NovaError(404, f"no compute route {req.path}")
+
+    def _flavors(self, req: Req, rest: list[str]) -> Reply:
+        if req.method != "GET":
+            raise NovaError(405, "method not allowed")
+        if rest in ([], ["detail"]):
+            items = [f for f in self.flavors if not f["OS-FLV-DISABLED:disabled"]]
+            if rest == []:
+                items = [{"id": f["id"], "name": f["name"], "links": []} for f in items]
+            return Reply(200, {"flavors": [self._flavor_view(f) for f in items]})
+        flavor = self._flavor(rest[0])
+        if rest[1:] == ["os-extra_specs"]:
+            return Reply(200, {"extra_specs": dict(flavor["extra_specs"])})
+        if rest[1:]:
+            raise NovaError(404, f"no flavor route {req.path}")
+        return Reply(200, {"flavor": self._flavor_view(flavor)})
+
+    def _since(self, version: str) -> bool:
+        have = tuple(int(p) for p in self.max_microversion.split("."))
+        return have >= tuple(int(p) for p in version.split("."))
+
+    def _flavor_view(self, flavor: JSON) -> JSON:
+        view = copy.deepcopy(flavor)
+        if not self._since("2.61") and "vcpus" in view:
+            view.pop("extra_specs", None)
+        return view
+
+    def _flavor(self, ref: str) -> JSON:
+        ref = ref.rstrip("/").rsplit("/", 1)[-1]  # an id or a link
+        for flavor in self.flavors:
+            if flavor["id"] == ref:
+                return flavor
+        raise NovaError(404, f"Flavor {ref} could not be found.")
+
+    def _keypairs(self, rest: list[str]) -> Reply:
+        if not rest:
+            pairs = [{"keypair": self._keypair(n)} for n in self.keypairs]
+            return Reply(200, {"keypairs": pairs})
+        if rest[0] not in self.keypairs:
+            raise NovaError(404, f"Keypair {rest[0]} not found for user {self.user_id}")
+        return Reply(200, {"keypair": self._keypair(rest[0])})
+
+    def _keypair(self, name: str) -> JSON:
+        return {"name": name, "public_key": self.keypairs[name], "type": "ssh", "user_id": ""}
+
+    def _servers(self, req: Req, rest: list[str]) -> Reply:
+        if rest in ([], ["detail"]) and req.method == "GET":
+            return self._list_servers(req, detail=rest == ["detail"])
+        if rest == [] and req.method == "POST":
+            return self._create_server(req.json())
+        if len(rest) == 1 and req.method == "GET":
+            return Reply(200, {"server": self._view(self._server_by_id(rest[0]))})
+        if len(rest) == 1 and req.method == "DELETE":
+            self._server_by_id(rest[0])
+            del self.state.servers[rest[0]]
+            return Reply(204, None)
+        if len(rest) == 2 and rest[1] == "metadata" and req.method == "GET":
+            return Reply(200, {"metadata": dict(self._server_by_id(rest[0])["metadata"])})
+        raise NovaError(404, f"no servers route {req.method} {req.path}")
+
+    def _server_by_id(self, server_id: str) -> JSON:
+        server = self.state.servers.get(server_id)
+        if server is None:
+            raise NovaError(404, f"Instance {server_id} could not be found.")
+        return server
+
+    def _list_servers(self, req: Req, detail: bool) -> Reply:
+        items = list(self.state.servers.values())
+        name = req.query.get("name")
+        if name:
+            items = [s for s in items if re.search(name, s["name"])]
+        if req.query.get("status"):
+            items = [s for s in items if s["status"] == req.query["status"].upper()]
+        marker = req.query.get("marker")
+        if marker:
+            ids = [s["id"] for s in items]
+            if marker not in ids:
+                raise NovaError(400, f"marker [{marker}] not found")
+            items = items[ids.index(marker) + 1 :]
+        limit = min(int(req.query.get("limit", self.page_size)), self.page_size)
+        page = items[:limit]
+        body: JSON = {"servers": [self._view(s) if detail else _brief(s, self.url) for s in page]}
+        if page and len(page) == limit:
+            query = {k: v for k, v in req.query.items() if k != "marker"}
+            query.update(limit=str(limit), marker=page[-1]["id"])
+            href = f"{self.url}{req.path}?{urlencode(query)}"
+            body["servers_links"] = [{"rel": "next", "href": href}]
+        return Reply(200, body)
+
+    def _create_server(self, body: JSON) -> Reply:
+        spec = body.get("server")
+        if not isinstance(spec, dict) or not spec.get("name"):
+            raise NovaError(400, "Invalid input for field/attribute server.")
+        flavor = self._create_flavor(spec)
+        image_id = str(spec.get("imageRef") or "")
+        if image_id not in self.images.values():
+            raise NovaError(400, f"Can not find requested image {image_id}")
+        networks = self._create_networks(spec.get("networks"))
+        key_name = spec.get("key_name")
+        if key_name is not None and key_name not in self.keypairs:
+            raise NovaError(400, "Invalid key_name provided.")
+        quota = self.state.quota_instances
+        if quota is not None and len(self.state.servers) >= quota:
+            used = len(self.state.servers)
+            raise NovaError(403, QUOTA_MESSAGE.format(used=used, limit=quota) + " instances")
+        server = self._new_server(spec, flavor, image_id, networks)
+        self.state.servers[server["id"]] = server
+        reply = {
+            "id": server["id"],
+            "links": _links(self.url, server["id"]),
+            "OS-DCF:diskConfig": "MANUAL",
+            "security_groups": server["security_groups"],
+            "adminPass": secrets.token_urlsafe(9),
+        }
+        return Reply(202, {"server": reply}, {"Location": reply["links"][0]["href"]})
+
+    def _create_flavor(self, spec: JSON) -> JSON:
+        try:
+            return self._flavor(str(spec.get("flavorRef") or ""))
+        except NovaError:
+            raise NovaError(400, f"Flavor {spec.get('flavorRef')} could not be found.") from None
+
+    def _create_networks(self, networks: Any) -> list[str]:
+        if networks in ("auto", None):
+            return list(self.networks)[:1]
+        if networks == "none":
+            return []
+        names = {v: k for k, v in self.networks.items()}
+        found = []
+        for net in networks if isinstance(networks, list) else []:
+            if net.get("uuid") not in names:
+                raise NovaError(400, f"Network {net.get('uuid')} could not be found.")
+            found.append(names[net["uuid"]])
+        return found
+
+    def _new_server(self, spec: JSON, flavor: JSON, image_id: str, networks: list[str]) -> JSON:
+        if spec.get("user_data"):
+            base64.b64decode(spec["user_data"], validate=True)  # Nova insists on base64
+        now = datetime.now(UTC)
+        addresses = {net: [self._address()] for net in networks}
+        return {
+            "id": str(uuid.uuid4()),
+            "name": spec["name"],
+            "status": "BUILD",
+            "metadata": {str(k): str(v) for k, v in (spec.get("metadata") or {}).items()},
+            "flavor": flavor,
+            "image": image_id,
+            "key_name": spec.get("key_name"),
+            "security_groups": [
+                {"name": g.get("name", "default")} for g in spec.get("security_groups") or []
+            ]
+            or [{"name": "default"}],
+            "availability_zone": spec.get("availability_zone") or "nova",
+            "user_data": spec.get("user_data"),
+            "addresses": addresses,
+            "created": _iso(now),
+            "launched_at": None,
+            "fault": None,
+            "_views": 0,
+            "_fate": self._fate(),
+        }
+
+    def _fate(self) -> str:
+        """ACTIVE, or ERROR when capacity is out (decided at creation, shown after a poll)."""
+        if self.state.capacity_faults > 0:
+            self.state.capacity_faults -= 1
+            return "ERROR"
+        if self.state.capacity is not None:
+            if self.state.capacity <= 0:
+                return "ERROR"
+            self.state.capacity -= 1
+        return "ACTIVE"
+
+    def _address(self) -> JSON:
+        n = self.state.next_address
+        self.state.next_address += 1
+        return {
+            "version": 4,
+            "addr": f"10.20.{n // 250}.{n % 250 + 2}",
+            "OS-EXT-IPS:type": "fixed",
+            "OS-EXT-IPS-MAC:mac_addr": f"fa:16:3e:00:{n // 256:02x}:{n % 256:02x}",
+        }
+
+    def _view(self, server: JSON) -> JSON:
+        """The server as Nova 2.96 shows it; each read moves a BUILD server towards its fate."""
+        server["_views"] += 1
+        if server["status"] == "BUILD" and server["_views"] > self.build_polls:
+            server["status"] = server["_fate"]
+            if server["status"] == "ACTIVE":
+                server["launched_at"] = _iso(datetime.now(UTC), micro=True)
+            else:
+                server["addresses"] = {}
+                server["fault"] = {
+                    "code": 500,
+                    "created": _iso(datetime.now(UTC)),
+                    "message": NO_VALID_HOST,
+                }
+        status = server["status"]
+        flavor = server["flavor"]
+        view: JSON = {
+            "id": server["id"],
+            "name": server["name"],
+            "status": status,
+            "tenant_id": self.project_id,
+            "user_id": self.user_id,
+            "metadata": dict(server["metadata"]),
+            "hostId": "" if status != "ACTIVE" else uuid.uuid5(uuid.NAMESPACE_DNS, "h1").hex,
+            "image": {"id": server["image"], "links": []},
+            "flavor": self._server_flavor(flavor),
+            "created": server["created"],
+            "updated": server["created"],
+            "addresses": copy.deepcopy(server["addresses"]),
+            "accessIPv4": "",
+            "accessIPv6": "",
+            "links": _links(self.url, server["id"]),
+            "OS-DCF:diskConfig": "MANUAL",
+            "progress": 0,
+            "OS-EXT-AZ:availability_zone": server["availability_zone"],
+            "config_drive": "",
+            "key_name": server["key_name"],
+            "OS-SRV-USG:launched_at": server["launched_at"],
+            "OS-SRV-USG:terminated_at": None,
+            "security_groups": copy.deepcopy(server["security_groups"]),
+            "OS-EXT-STS:task_state": "spawning" if status == "BUILD" else None,
+            "OS-EXT-STS:vm_state": {"BUILD": "building"}.get(status, status.lower()),
+            "OS-EXT-STS:power_state": 1 if status == "ACTIVE" else 0,
+            "os-extended-volumes:volumes_attached": [],
+            "locked": False,
+            "locked_reason": None,
+            "description": None,
+            "tags": [],
+            "trusted_image_certificates": None,
+            "server_groups": [],
+            "pinned_availability_zone": None,
+        }
+        if server["fault"]:
+            view["fault"] = dict(server["fault"])
+        return view
+
+    def _server_flavor(self, flavor: JSON) -> JSON:
+        if not self._since("2.47"):
+            link = f"{self.url}/compute/flavors/{flavor['id']}"
+            return {"id": flavor["id"], "links": [{"rel": "bookmark", "href": link}]}
+        return {
+            "vcpus": flavor["vcpus"],
+            "ram": flavor["ram"],
+            "disk": flavor["disk"],
+            "ephemeral": 0,
+            "swap": 0,
+            "original_name": flavor["name"],
+            "extra_specs": dict(flavor["extra_specs"]),
+        }
+
+    # Glance and Neutron --------------------------------------------------------
+
+    def _glance(self, req: Req) -> Reply:
+        rest = req.segs[2:]  # after /image/v2
+        if req.method != "GET" or not rest or rest[0] != "images":
+            raise NovaError(404, f"no image route {req.path}")
+        images = [_image(name, iid) for name, iid in self.images.items()]
+        if len(rest) == 2:
+            found = [i for i in images if i["id"] == rest[1]]
+            if not found:
+                raise NovaError(404, f"No image found with ID {rest[1]}")
+            return Reply(200, found[0])
+        for key in ("name", "id"):
+            if key in req.query:
+                images = [i for i in images if i[key] == req.query[key]]
+        return Reply(200, {"images": images, "schema": "/v2/schemas/images", "first": "/v2/images"})
+
+    def _neutron(self, req: Req) -> Reply:
+        rest = req.segs[2:]  # after /networking/v2.0
+        if req.method != "GET" or not rest or rest[0] != "networks":
+            raise NovaError(404, f"no network route {req.path}")
+        nets = [_network(name, nid, self.project_id) for name, nid in self.networks.items()]
+        if len(rest) == 2:
+            found = [n for n in nets if n["id"] == rest[1]]
+            if not found:
+                raise NovaError(404, f"Network {rest[1]} could not be found.")
+            return Reply(200, {"network": found[0]})
+        for key in ("name", "id"):
+            if key in req.query:
+                nets = [n for n in nets if n[key] == req.query[key]]
+        return Reply(200, {"networks": nets})
+
+
+def _iso(when: datetime, micro: bool = False) -> str:
+    if micro:
+        return when.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
+    return when.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _links(url: str, server_id: str) -> list[JSON]:
+    return [
+        {"rel": "self", "href": f"{url}/compute/v2.1/servers/{server_id}"},
+        {"rel": "bookmark", "href": f"{url}/compute/servers/{server_id}"},
+    ]
+
+
+def _brief(server: JSON, url: str) -> JSON:
+    return {"id": server["id"], "name": server["name"], "links": _links(url, server["id"])}
+
+
+def _image(name: str, image_id: str) -> JSON:
+    return {
+        "id": image_id,
+        "name": name,
+        "status": "active",
+        "visibility": "public",
+        "disk_format": "qcow2",
+        "container_format": "bare",
+        "min_disk": 0,
+        "min_ram": 0,
+        "size": 1024,
+        "tags": [],
+        "protected": False,
+        "created_at": "2025-01-01T00:00:00Z",
+        "updated_at": "2025-01-01T00:00:00Z",
+        "self": f"/v2/images/{image_id}",
+        "file": f"/v2/images/{image_id}/file",
+        "schema": "/v2/schemas/image",
+    }
+
+
+def _network(name: str, net_id: str, project_id: str) -> JSON:
+    return {
+        "id": net_id,
+        "name": name,
+        "status": "ACTIVE",
+        "admin_state_up": True,
+        "shared": False,
+        "subnets": [],
+        "tenant_id": project_id,
+        "project_id": project_id,
+        "router:external": False,
+        "mtu": 1450,
+        "tags": [],
+    }
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = False  # joined by server_close(), after close_connections()
+    block_on_close = True
+    fake: FakeOpenStack
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.open_sockets: set[socket.socket] = set()
+        self.sockets_lock = threading.Lock()
+
+    def close_connections(self) -> None:
+        with self.sockets_lock:
+            for sock in list(self.open_sockets):
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    timeout = 30
+    server: _Server
+
+    def setup(self) -> None:
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no 40 ms stalls
+        with self.server.sockets_lock:
+            self.server.open_sockets.add(self.connection)
+
+    def finish(self) -> None:
+        with contextlib.suppress(OSError):
+            super().finish()
+        with self.server.sockets_lock:
+            self.server.open_sockets.discard(self.connection)
+
+    def handle(self) -> None:
+        with contextlib.suppress(OSError):
+            super().handle()
+
+    def log_message(self, format: str, *args: Any) -> None:  # quiet
+        return
+
+    def _serve(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        headers = {k.lower(): v for k, v in self.headers.items()}
+        reply = self.server.fake.handle(self.command, self.path, headers, body)
+        data = b"" if reply.body is None else json.dumps(reply.body).encode()
+        self.send_response(reply.status)
+        for key, value in reply.headers.items():
+            self.send_header(key, value)
+        if reply.body is not None:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("X-Openstack-Request-Id", f"req-{uuid.uuid4()}")
+        if self.path.startswith("/compute/"):
+            version = self.server.fake.max_microversion
+            self.send_header("OpenStack-API-Version", f"compute {version}")
+        self.end_headers()
+        self.wfile.write(data)
+
+    do_GET = do_PUT = do_DELETE = do_POST = do_PATCH = do_HEAD = _serve
+
+
+@contextlib.contextmanager
+def running(**kwargs: Any) -> Iterator[FakeOpenStack]:
+    fake = FakeOpenStack(**kwargs).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def remote_control(url: str, method: str, **kwargs: Any) -> JSON:
+    """Call a CONTROL_METHODS method of a fake in another process (url: its `info()["url"]`)."""
+    answer = requests.post(f"{url}/_fake/{method}", json=kwargs, timeout=10)
+    answer.raise_for_status()
+    result: JSON = answer.json()
+    return result
+
+
+def main() -> None:
+    """Serve until SIGTERM/SIGINT; write clouds.yaml (argv[1], if given) and print the
+    connection details as one JSON line first."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with running() as fake:
+        info = fake.info()
+        if len(sys.argv) > 1:
+            info["clouds_yaml"] = str(fake.write_clouds_yaml(Path(sys.argv[1])))
+            info["cloud"] = CLOUD_NAME
+        print(json.dumps(info), flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()
