@@ -16,7 +16,7 @@ from tests.fakes.harness import ContractHarness
 
 pytestmark = pytest.mark.integration
 
-PROVIDER_TYPES = ["azure", "openstack"]  # aws and local join as they land
+PROVIDER_TYPES = ["aws", "azure", "openstack"]  # local joins as it lands
 
 
 @pytest.fixture(params=PROVIDER_TYPES)

@@ -1,0 +1,584 @@
+"""AWS provider: EC2 instant fleets from one launch template per clustermgr template.
+
+Only this module and aws_clients / aws_errors import boto3 or botocore. Every instance
+carries our tags; list and terminate only ever touch instances tagged with this cluster's name.
+
+Launch: validate the spec (DescribeInstanceTypes, DescribeImages; cached), make sure the
+launch template holds the current content (a new version only when it changed), then one
+CreateFleet (type instant) per batch of at most `launch_batch_size`, with an override for
+every instance type x subnet. The ClientToken comes from the request id and the batch, so a
+retried launch gets EC2's answer to the first one instead of a second set of instances.
+One DescribeInstances (by our request tag) fills in addresses, then each new instance gets
+its node-name tag (one CreateTags per instance; already-named instances are kept as named).
+
+When the endpoint does not offer CreateFleet (InvalidAction / NotImplemented, as some
+EC2-compatible clouds answer; remembered for the provider's lifetime, UnsupportedOperation
+only for that launch), each batch falls back to RunInstances (MinCount 1) over the same
+type x subnet list in order, moving on after a capacity error or a short answer.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from clustermgr.config import ProviderSettings
+from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.providers.aws_clients import MAX_WORKERS, AwsClients
+from clustermgr.providers.aws_errors import (
+    NO_FLEET_API_CODES,
+    NOT_FOUND_CODES,
+    AwsFailure,
+    classify,
+)
+from clustermgr.providers.aws_shapes import (
+    LIVE_STATES,
+    Launched,
+    client_token,
+    content_digest,
+    fleet_errors,
+    fleet_launched,
+    fleet_request,
+    from_launch,
+    launch_template_data,
+    launch_template_name,
+    placements,
+    run_launched,
+    run_request,
+    tag_list,
+    tags_of,
+    to_instance,
+    to_instance_type,
+)
+from clustermgr.providers.base import (
+    TAG_CLUSTER,
+    TAG_NODE,
+    TAG_REQUEST,
+    TAG_TEMPLATE,
+    CheckResult,
+    CloudInstance,
+    InstanceType,
+    LaunchError,
+    LaunchResult,
+    LaunchSpec,
+    invalid,
+    ours,
+)
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+
+log = logging.getLogger(__name__)
+
+PAGE_SIZE = 1000  # DescribeInstances MaxResults
+FILTER_VALUES = 200  # EC2's limit on values in one filter
+CATALOG_TTL_S = 3600.0
+VALIDATION_TTL_S = 600.0
+TAG_RETRY_DELAYS_S = (0.5, 1.0, 2.0)  # a new instance id may not be visible to CreateTags yet
+T = TypeVar("T")
+Bad = Callable[[str, str, str], ProviderError]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What every batch of one launch shares."""
+
+    spec: LaunchSpec
+    request_id: str
+    template: str  # launch template name
+    version: int
+    tags: dict[str, str]
+
+
+class AwsProvider:
+    kind: ClassVar[str] = "aws"
+
+    def __init__(self, settings: ProviderSettings, cluster: str) -> None:
+        self.settings = settings
+        self.name = settings.name
+        self.cluster = cluster
+        self.region = settings.region
+        self.clients = AwsClients(settings)
+        self._lock = threading.Lock()
+        self._fleet_api = True
+        self._templates: dict[str, tuple[str, int]] = {}  # name -> (content digest, version)
+        self._validated: dict[tuple[str, ...], float] = {}  # what -> valid until (monotonic)
+        self._catalog: tuple[float, list[InstanceType]] | None = None
+
+    # ------------------------------------------------------------------ clients
+
+    def ec2(self) -> EC2Client:
+        return self.clients.ec2()
+
+    def credential_source(self) -> str:
+        return self.clients.credential_source()
+
+    def _error(self, exc: BaseException, what: str) -> ProviderError:
+        return self.clients.error(exc, what)
+
+    def _call(self, what: str, fn: Callable[[], T]) -> T:
+        return self.clients.call(what, fn)
+
+    def _failure(self, exc: BaseException) -> AwsFailure:
+        return self.clients.failure(exc)
+
+    # ------------------------------------------------------------------ catalog
+
+    def catalog(self) -> Sequence[InstanceType]:
+        with self._lock:
+            cached = self._catalog
+        if cached is not None and time.monotonic() - cached[0] < CATALOG_TTL_S:
+            return cached[1]
+
+        def read() -> list[InstanceType]:
+            pages = (
+                self.ec2()
+                .get_paginator("describe_instance_types")
+                .paginate(PaginationConfig={"PageSize": 100})
+            )
+            return [to_instance_type(t) for page in pages for t in page["InstanceTypes"]]
+
+        types = sorted(self._call("listing instance types", read), key=lambda t: t.name)
+        with self._lock:
+            self._catalog = (time.monotonic(), types)
+        return types
+
+    # ------------------------------------------------------------------ list
+
+    def _ours(self, *more: dict[str, Any]) -> list[Any]:
+        return [{"Name": f"tag:{TAG_CLUSTER}", "Values": [self.cluster]}, *more]
+
+    def _describe(self, filters: list[Any]) -> Iterator[Mapping[str, Any]]:
+        pages = (
+            self.ec2()
+            .get_paginator("describe_instances")
+            .paginate(Filters=filters, PaginationConfig={"PageSize": PAGE_SIZE})
+        )
+        for page in pages:
+            for reservation in page["Reservations"]:
+                yield from reservation.get("Instances", [])
+
+    def list_instances(self) -> dict[str, CloudInstance]:
+        live = {"Name": "instance-state-name", "Values": list(LIVE_STATES)}
+
+        def read() -> dict[str, CloudInstance]:
+            found = (to_instance(item) for item in self._describe(self._ours(live)))
+            return {inst.instance_id: inst for inst in found}
+
+        return self._call(f"listing instances of cluster {self.cluster}", read)
+
+    # ------------------------------------------------------------------ launch
+
+    def launch(self, spec: LaunchSpec, count: int, request_id: str) -> LaunchResult:
+        result = LaunchResult(request_id=request_id, requested=count)
+        if count <= 0:
+            return result
+        try:
+            self._validate(spec, count)
+            template, version = self._ensure_template(spec)
+        except ProviderError as exc:
+            if exc.kind in (ErrorKind.INVALID, ErrorKind.AUTH):
+                raise
+            result.errors.append(LaunchError(exc.kind, exc.code, str(exc), count=count))
+            return result
+        tags = ours(self.cluster, spec.template, request_id, spec.tags)
+        plan = Plan(spec, request_id, template, version, tags)
+        log.info(
+            "launching %d instance(s) of template %s (request %s)", count, spec.template, request_id
+        )
+        launched = self._launch_batches(plan, count, result.errors)
+        result.instances = self._bind(plan, launched, count, result.errors)
+        result.errors = _merge(result.errors)
+        if result.missing:
+            log.warning(
+                "request %s: %d of %d instance(s) started (%s)",
+                request_id,
+                len(result.instances),
+                count,
+                "; ".join(e.reason() for e in result.errors[:3]),
+            )
+        return result
+
+    def _launch_batches(self, plan: Plan, count: int, errors: list[LaunchError]) -> list[Launched]:
+        size = self.settings.launch_batch_size
+        launched: list[Launched] = []
+        for index, start in enumerate(range(0, count, size)):
+            wanted = min(size, count - start)
+            got, failed = self._launch_batch(plan, wanted, f"b{index}")
+            launched.extend(got)
+            errors.extend(failed)
+            if not got:  # nothing at all started: later batches would only fail the same way
+                break
+        return list({lnch.instance_id: lnch for lnch in launched}.values())
+
+    def _launch_batch(
+        self, plan: Plan, wanted: int, part: str
+    ) -> tuple[list[Launched], list[LaunchError]]:
+        if not self._fleet_api:
+            return self._run_batch(plan, wanted, part)
+        token = client_token(self.cluster, plan.request_id, part)
+        request = fleet_request(plan.spec, plan.template, plan.version, wanted, token, plan.tags)
+        try:
+            answer = self.ec2().create_fleet(**request)
+        except (ClientError, BotoCoreError) as exc:
+            failure = self._failure(exc)
+            if failure.code in NO_FLEET_API_CODES or failure.status == 501:
+                if failure.code != "UnsupportedOperation":
+                    self._fleet_api = False
+                log.info("CreateFleet not offered (%s): using RunInstances", failure.code)
+                return self._run_batch(plan, wanted, part)
+            return [], [LaunchError(failure.kind, failure.code, failure.message, count=wanted)]
+        got = fleet_launched(answer)
+        return got, fleet_errors(answer, max(0, wanted - len(got)))
+
+    def _run_batch(
+        self, plan: Plan, wanted: int, part: str
+    ) -> tuple[list[Launched], list[LaunchError]]:
+        """RunInstances over each type x place in order until `wanted` started."""
+        spec = plan.spec
+        got: list[Launched] = []
+        errors: list[LaunchError] = []
+        choices = [(t, p) for t in spec.instance_types for p in placements(spec)]
+        for attempt, (itype, place) in enumerate(choices):
+            missing = wanted - len(got)
+            if missing <= 0:
+                break
+            token = client_token(self.cluster, plan.request_id, f"{part}r{attempt}")
+            request = run_request(
+                spec, plan.template, plan.version, itype, place, missing, token, plan.tags
+            )
+            try:
+                answer = self.ec2().run_instances(**request)
+            except (ClientError, BotoCoreError) as exc:
+                failure = self._failure(exc)
+                zone = place.get("AvailabilityZone")
+                errors.append(
+                    LaunchError(failure.kind, failure.code, failure.message, itype, zone, missing)
+                )
+                if failure.kind is not ErrorKind.CAPACITY:
+                    break
+                continue
+            got.extend(run_launched(answer))
+        if len(got) < wanted and not errors:
+            errors.extend(fleet_errors({}, wanted - len(got)))
+        return got, _shortfall(errors, wanted - len(got))
+
+    # ------------------------------------------------------------------ validation
+
+    def _validate(self, spec: LaunchSpec, count: int) -> None:
+        """Raise INVALID (naming template and field) for what cannot work."""
+
+        def bad(field_name: str, value: str, why: str) -> ProviderError:
+            return invalid(self.name, spec.template, field_name, value, why)
+
+        if count > len(spec.node_names):
+            raise bad("node_names", str(len(spec.node_names)), f"{count} instances need names")
+        if not spec.instance_types:
+            raise bad("instance_types", "", "no instance type given")
+        if spec.market == "spot" and spec.max_spot_price is not None and spec.max_spot_price <= 0:
+            raise bad("max_spot_price", str(spec.max_spot_price), "must be above zero")
+        self._once(("types", *spec.instance_types), lambda: self._check_types(spec, bad))
+        if not spec.image.startswith("resolve:ssm:"):  # resolved by EC2 at launch
+            self._once(("image", spec.image), lambda: self._check_image(spec, bad))
+
+    def _once(self, key: tuple[str, ...], check: Callable[[], None]) -> None:
+        with self._lock:
+            until = self._validated.get(key, 0.0)
+        if until > time.monotonic():
+            return
+        check()
+        with self._lock:
+            self._validated[key] = time.monotonic() + VALIDATION_TTL_S
+
+    def _check_types(self, spec: LaunchSpec, bad: Bad) -> None:
+        ec2 = self.ec2()
+        try:
+            answer = ec2.describe_instance_types(**_types(spec.instance_types))
+        except (ClientError, BotoCoreError) as exc:
+            if classify(exc).kind is not ErrorKind.INVALID:
+                raise self._error(exc, "describing instance types") from None
+            self._find_bad_type(spec, bad)
+            raise bad("instance_types", ",".join(spec.instance_types), "not all offered") from None
+        known = {t["InstanceType"] for t in answer.get("InstanceTypes", [])}
+        for itype in spec.instance_types:
+            if itype not in known:
+                raise bad("instance_types", itype, f"not an instance type offered in {self.region}")
+
+    def _find_bad_type(self, spec: LaunchSpec, bad: Bad) -> None:
+        for itype in spec.instance_types:
+            try:
+                self.ec2().describe_instance_types(**_types([itype]))
+            except (ClientError, BotoCoreError) as exc:
+                failure = classify(exc)
+                if failure.kind is ErrorKind.INVALID:
+                    why = f"not an instance type offered in {self.region} ({failure.code})"
+                    raise bad("instance_types", itype, why) from None
+                raise self._error(exc, "describing instance types") from None
+
+    def _check_image(self, spec: LaunchSpec, bad: Bad) -> None:
+        try:
+            images = self.ec2().describe_images(ImageIds=[spec.image]).get("Images", [])
+        except (ClientError, BotoCoreError) as exc:
+            failure = classify(exc)
+            if failure.kind is ErrorKind.INVALID:
+                raise bad("image", spec.image, f"not found ({failure.code})") from None
+            raise self._error(exc, f"describing image {spec.image}") from None
+        if not images:
+            raise bad("image", spec.image, "no such image visible to this account")
+        state = images[0].get("State", "available")
+        if state != "available":
+            raise bad("image", spec.image, f"image state is {state}")
+
+    # ------------------------------------------------------------------ launch template
+
+    def _ensure_template(self, spec: LaunchSpec) -> tuple[str, int]:
+        name = launch_template_name(self.cluster, spec.template)
+        data = launch_template_data(spec)
+        digest = content_digest(data)
+        with self._lock:
+            cached = self._templates.get(name)
+        if cached is not None and cached[0] == digest:
+            return name, cached[1]
+        version = self._call(
+            f"preparing launch template {name}",
+            lambda: self._template_version(spec, name, data, digest),
+        )
+        with self._lock:
+            self._templates[name] = (digest, version)
+        return name, version
+
+    def _template_version(
+        self, spec: LaunchSpec, name: str, data: dict[str, Any], digest: str
+    ) -> int:
+        """The version holding `data`: the latest if it does, else a new one."""
+        ec2 = self.ec2()
+        try:
+            latest = ec2.describe_launch_template_versions(
+                LaunchTemplateName=name, Versions=["$Latest"]
+            ).get("LaunchTemplateVersions", [])
+        except ClientError as exc:
+            if not classify(exc).code.startswith("InvalidLaunchTemplateName.NotFound"):
+                raise
+            tags = {TAG_CLUSTER: self.cluster, TAG_TEMPLATE: spec.template}
+            request: dict[str, Any] = {
+                "LaunchTemplateName": name,
+                "VersionDescription": digest,
+                "LaunchTemplateData": data,
+                "TagSpecifications": [{"ResourceType": "launch-template", "Tags": tag_list(tags)}],
+            }
+            created = ec2.create_launch_template(**request)
+            return int(created["LaunchTemplate"].get("LatestVersionNumber", 1))
+        if latest and latest[0].get("VersionDescription") == digest:
+            return int(latest[0]["VersionNumber"])
+        version: dict[str, Any] = {
+            "LaunchTemplateName": name,
+            "VersionDescription": digest,
+            "LaunchTemplateData": data,
+        }
+        made = ec2.create_launch_template_version(**version)
+        return int(made["LaunchTemplateVersion"]["VersionNumber"])
+
+    # ------------------------------------------------------------------ binding
+
+    def _bind(
+        self, plan: Plan, launched: list[Launched], count: int, errors: list[LaunchError]
+    ) -> list[CloudInstance]:
+        """Name each instance after a node, in order; instances named before keep their name."""
+        if not launched:
+            return []
+        described = self._described(plan.request_id, errors)
+        names: dict[str, str] = {}
+        for lnch in launched:
+            name = tags_of(described.get(lnch.instance_id, {})).get(TAG_NODE)
+            if name:
+                names[lnch.instance_id] = name
+        free = iter(n for n in plan.spec.node_names[:count] if n not in set(names.values()))
+        wanted = [(lnch.instance_id, name) for lnch, name in _pair(launched, names, free)]
+        failed = self._tag_nodes(wanted, errors)
+        names.update((iid, name) for iid, name in wanted if iid not in failed)
+        return [
+            self._bound(lnch, described, plan.tags, names.get(lnch.instance_id))
+            for lnch in launched
+        ]
+
+    def _described(
+        self, request_id: str, errors: list[LaunchError]
+    ) -> dict[str, Mapping[str, Any]]:
+        mine = {"Name": f"tag:{TAG_REQUEST}", "Values": [request_id]}
+        try:
+            return {item["InstanceId"]: item for item in self._describe(self._ours(mine))}
+        except (ClientError, BotoCoreError) as exc:
+            failure = self._failure(exc)
+            errors.append(LaunchError(failure.kind, failure.code, failure.message))
+            return {}
+
+    @staticmethod
+    def _bound(
+        lnch: Launched,
+        described: dict[str, Mapping[str, Any]],
+        tags: dict[str, str],
+        name: str | None,
+    ) -> CloudInstance:
+        item = described.get(lnch.instance_id)
+        inst = to_instance(item) if item is not None else from_launch(lnch, tags)
+        if name is None:
+            return inst
+        return replace(inst, node_name=name, tags={**inst.tags, TAG_NODE: name})
+
+    def _tag_nodes(self, pairs: list[tuple[str, str]], errors: list[LaunchError]) -> set[str]:
+        """One CreateTags per instance (node name and Name); the ids that failed."""
+        if not pairs:
+            return set()
+        workers = min(MAX_WORKERS, len(pairs))
+        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aws-tag") as pool:
+            outcomes = list(pool.map(lambda p: self._tag_node(*p), pairs))
+        failed: set[str] = set()
+        for (iid, _), failure in zip(pairs, outcomes, strict=True):
+            if failure is not None:
+                failed.add(iid)
+                errors.append(LaunchError(failure.kind, failure.code, failure.message, count=1))
+        return failed
+
+    def _tag_node(self, instance_id: str, node: str) -> AwsFailure | None:
+        request: dict[str, Any] = {
+            "Resources": [instance_id],
+            "Tags": tag_list({TAG_NODE: node, "Name": node}),
+        }
+        for delay in (*TAG_RETRY_DELAYS_S, None):
+            try:
+                self.ec2().create_tags(**request)
+                return None
+            except (ClientError, BotoCoreError) as exc:
+                failure = self._failure(exc)
+                if failure.code not in NOT_FOUND_CODES or delay is None:
+                    return failure
+                time.sleep(delay)
+        return None
+
+    # ------------------------------------------------------------------ terminate
+
+    def terminate(self, instance_ids: Sequence[str], request_id: str) -> None:
+        wanted = list(dict.fromkeys(instance_ids))
+        if not wanted:
+            return
+        mine = self._call("looking up instances to terminate", lambda: self._live_ours(wanted))
+        if len(mine) < len(wanted):
+            log.info(
+                "request %s: %d of %d instance(s) already gone or not tagged for cluster %s",
+                request_id,
+                len(wanted) - len(mine),
+                len(wanted),
+                self.cluster,
+            )
+        size = self.settings.terminate_batch_size
+        log.info("terminating %d instance(s) (request %s)", len(mine), request_id)
+        for start in range(0, len(mine), size):
+            self._terminate_batch(mine[start : start + size])
+
+    def _live_ours(self, ids: list[str]) -> list[str]:
+        """Which of `ids` are live instances tagged as ours, in the order given."""
+        live = {"Name": "instance-state-name", "Values": list(LIVE_STATES)}
+        found: set[str] = set()
+        for start in range(0, len(ids), FILTER_VALUES):
+            chunk = {"Name": "instance-id", "Values": ids[start : start + FILTER_VALUES]}
+            found.update(item["InstanceId"] for item in self._describe(self._ours(live, chunk)))
+        return [i for i in ids if i in found]
+
+    def _terminate_batch(self, batch: list[str]) -> None:
+        ec2 = self.ec2()
+        for last in (False, True):
+            try:
+                ec2.terminate_instances(InstanceIds=batch)
+                return
+            except (ClientError, BotoCoreError) as exc:
+                if classify(exc).code not in NOT_FOUND_CODES:
+                    raise self._error(exc, f"terminating {len(batch)} instance(s)") from None
+                if last:
+                    return
+            # one of them vanished between the lookup and the call: look again, once
+            batch = self._call(
+                "looking up instances to terminate", functools.partial(self._live_ours, batch)
+            )
+            if not batch:
+                return
+
+    # ------------------------------------------------------------------ check
+
+    def check(self) -> list[CheckResult]:
+        credentials = self._check_one("credentials", self._check_credentials)
+        if not credentials.ok:
+            return [credentials]
+        return [
+            credentials,
+            self._check_one("region", self._check_region),
+            self._check_one("describe permission", self._check_describe),
+        ]
+
+    def _check_credentials(self) -> str:
+        identity = self.clients.sts().get_caller_identity()
+        account = identity.get("Account", "?")
+        return f"credentials accepted ({self.credential_source()}), account {account}"
+
+    def _check_region(self) -> str:
+        region: dict[str, Any] = {"Filters": [{"Name": "region-name", "Values": [self.region]}]}
+        zones = self.ec2().describe_availability_zones(**region).get("AvailabilityZones", [])
+        if not zones:
+            raise ProviderError(ErrorKind.INVALID, f"no availability zones in {self.region}")
+        return f"region {self.region} reachable ({len(zones)} zones)"
+
+    def _check_describe(self) -> str:
+        answer = self.ec2().describe_instances(Filters=self._ours(), MaxResults=5)
+        seen = sum(len(r.get("Instances", [])) for r in answer.get("Reservations", []))
+        return f"DescribeInstances allowed ({seen} of this cluster's on the first page)"
+
+    def _check_one(self, name: str, fn: Callable[[], str]) -> CheckResult:
+        try:
+            return CheckResult(name, True, fn())
+        except ProviderError as exc:
+            return CheckResult(name, False, str(exc))
+        except (ClientError, BotoCoreError) as exc:
+            return CheckResult(name, False, str(self._error(exc, name)))
+        except Exception as exc:  # check() never raises; the class name carries no secret
+            return CheckResult(name, False, f"{name} failed: {type(exc).__name__}")
+
+
+def _shortfall(errors: list[LaunchError], missing: int) -> list[LaunchError]:
+    """The first error counts the instances missing, the rest 0 (so counts add up)."""
+    return [replace(e, count=missing if i == 0 else 0) for i, e in enumerate(errors)]
+
+
+def _types(names: Sequence[str]) -> dict[str, Any]:
+    return {"InstanceTypes": list(names)}
+
+
+def _pair(
+    launched: list[Launched], named: dict[str, str], free: Iterator[str]
+) -> Iterator[tuple[Launched, str]]:
+    """Unnamed instances with the next free node names, in launch order."""
+    for lnch in launched:
+        if lnch.instance_id in named:
+            continue
+        name = next(free, None)
+        if name is None:
+            return
+        yield lnch, name
+
+
+def _merge(errors: list[LaunchError]) -> list[LaunchError]:
+    """One LaunchError per (kind, code, type, zone), counts added, first-seen order."""
+    merged: dict[tuple[Any, ...], LaunchError] = {}
+    for err in errors:
+        key = (err.kind, err.code, err.instance_type, err.zone)
+        old = merged.get(key)
+        if old is not None:
+            err = replace(old, count=old.count + err.count)
+        merged[key] = err
+    return list(merged.values())

@@ -1,0 +1,132 @@
+"""boto3 session and clients for one AWS provider, and botocore failures as ProviderErrors.
+
+Credentials come from boto3's own chain (environment, shared files, instance role) or a
+named profile. Messages name where the credentials came from, never the credentials.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from clustermgr.config import ProviderSettings
+from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.providers.aws_errors import AwsFailure, classify
+
+if TYPE_CHECKING:
+    from mypy_boto3_ec2 import EC2Client
+
+MAX_ATTEMPTS = 4  # botocore attempts per call (it retries 5xx and throttling itself)
+MAX_WORKERS = 16  # concurrent calls the provider makes (CreateTags)
+T = TypeVar("T")
+
+CREDENTIAL_METHODS = {
+    "env": "environment",
+    "shared-credentials-file": "shared credentials file",
+    "config-file": "shared config file",
+    "iam-role": "instance role",
+    "container-role": "container role",
+    "assume-role": "assumed role",
+    "assume-role-with-web-identity": "web identity",
+    "sso": "SSO",
+    "custom-process": "credential process",
+}
+
+
+class AwsClients:
+    def __init__(self, settings: ProviderSettings) -> None:
+        self.settings = settings
+        self.name = settings.name
+        self.region = settings.region
+        self._lock = threading.Lock()
+        self._session: boto3.session.Session | None = None
+        self._ec2: EC2Client | None = None
+        self._sts: Any = None
+        self._source: str | None = None
+
+    def session(self) -> boto3.session.Session:
+        with self._lock:
+            if self._session is None:
+                creds = self.settings.credentials
+                profile = creds.profile if creds.source == "profile" else None
+                self._session = boto3.session.Session(profile_name=profile, region_name=self.region)
+            return self._session
+
+    def _config(self) -> Config:
+        return Config(
+            region_name=self.region,
+            retries={"mode": self.settings.retry_mode, "max_attempts": MAX_ATTEMPTS},
+            max_pool_connections=MAX_WORKERS + 4,
+            connect_timeout=10,
+            read_timeout=60,
+            user_agent_extra="clustermgr",
+        )
+
+    def ec2(self) -> EC2Client:
+        session = self.session()
+        with self._lock:
+            if self._ec2 is None:
+                self._ec2 = session.client(
+                    "ec2", endpoint_url=self.settings.endpoint_url, config=self._config()
+                )
+            return self._ec2
+
+    def sts(self) -> Any:
+        session = self.session()
+        with self._lock:
+            if self._sts is None:
+                self._sts = session.client(
+                    "sts", endpoint_url=self.settings.endpoint_url, config=self._config()
+                )
+            return self._sts
+
+    def credential_source(self) -> str:
+        """Where the credentials came from, for messages (never the credentials)."""
+        creds = self.settings.credentials
+        if creds.source == "profile":
+            return f"profile {creds.profile}"
+        if self._source is None:
+            try:
+                found = self.session().get_credentials()
+            except (BotoCoreError, ClientError):
+                found = None
+            if found is None:
+                self._source = "credential chain: none in environment, shared file or instance role"
+            else:
+                self._source = CREDENTIAL_METHODS.get(found.method, found.method)
+        return self._source
+
+    def auth_error(self, failure: AwsFailure) -> ProviderError:
+        return ProviderError(
+            ErrorKind.AUTH,
+            f"credentials rejected ({self.credential_source()}): {failure.message}",
+            provider=self.name,
+            code=failure.code,
+        )
+
+    def error(self, exc: BaseException, what: str) -> ProviderError:
+        failure = classify(exc)
+        if failure.kind is ErrorKind.AUTH:
+            return self.auth_error(failure)
+        return ProviderError(
+            failure.kind, f"{what}: {failure.message}", provider=self.name, code=failure.code
+        )
+
+    def call(self, what: str, fn: Callable[[], T]) -> T:
+        """Run SDK calls; every botocore failure becomes a one-line ProviderError."""
+        try:
+            return fn()
+        except (ClientError, BotoCoreError) as exc:
+            raise self.error(exc, what) from None
+
+    def failure(self, exc: BaseException) -> AwsFailure:
+        """A failure to report in a LaunchResult; AUTH is raised instead."""
+        failure = classify(exc)
+        if failure.kind is ErrorKind.AUTH:
+            raise self.auth_error(failure) from None
+        return failure

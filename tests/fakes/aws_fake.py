@@ -1,0 +1,589 @@
+"""moto's EC2/STS server on 127.0.0.1 behind a WSGI middleware that adds what moto lacks.
+
+moto (5.x, server mode) answers the real boto3 client, but it is not idempotent per
+`ClientToken`, never fills CreateFleet `Errors` and has no capacity, quota, throttling or
+credential failures. The middleware in front of it:
+
+- replays the first successful CreateFleet / RunInstances answer for a `ClientToken`
+  (IdempotentParameterMismatch when the same token comes with other parameters);
+- fails the next N launch calls (or any action) with an EC2 error code and HTTP status;
+- limits capacity: only N more instances start; a CreateFleet asking for more is cut down
+  and answers the instances that did start plus an `Errors` entry
+  (InsufficientInstanceCapacity), a RunInstances starts as many as it can up to MaxCount
+  (moto itself would start MinCount);
+- delays answers (`slow`), rejects an access key id (EC2 AuthFailure 401, STS
+  InvalidClientTokenId 403), and can answer CreateFleet with InvalidAction (`no_fleet_api`).
+
+Control it from the test process through the thread-safe methods, or from another process
+by POSTing JSON to `/_fake/<method>` (see CONTROL_METHODS). `POST /moto-api/reset` resets
+moto and the middleware. `python -m tests.fakes.aws_fake` serves until SIGTERM and prints
+its connection details as one JSON line (give the daemon AWS_ENDPOINT_URL=url).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import re
+import signal
+import threading
+import time
+import urllib.request
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+from urllib.parse import parse_qsl, urlencode
+from xml.sax.saxutils import escape
+
+from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+from moto.moto_server.werkzeug_app import (
+    DomainDispatcherApplication,
+    MotoRequestHandler,
+    create_backend_app,
+)
+from werkzeug.serving import make_server
+
+REGION = "us-east-1"
+LAUNCH_ACTIONS = frozenset({"CreateFleet", "RunInstances"})
+CONTROL_METHODS = (
+    "fail_next",
+    "fail_next_launches",
+    "limit_capacity",
+    "slow",
+    "reject_access_key",
+    "no_fleet_api",
+    "clear_faults",
+)
+# How EC2 signals each fault (HTTP status real EC2 uses; botocore retries 5xx and throttles).
+DEFAULT_STATUS = {
+    "InsufficientInstanceCapacity": 500,
+    "InsufficientCapacity": 500,
+    "RequestLimitExceeded": 503,
+    "InternalError": 500,
+    "ServiceUnavailable": 503,
+    "AuthFailure": 401,
+    "UnauthorizedOperation": 403,
+}
+_CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/[^/]+/[^/]+/([^/]+)/")
+_OVERRIDE = re.compile(r"LaunchTemplateConfigs\.\d+\.Overrides\.\d+\.")
+EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
+
+StartResponse = Callable[..., Any]
+Environ = dict[str, Any]
+
+
+@dataclass
+class Fault:
+    code: str
+    status: int
+    remaining: int
+    actions: frozenset[str] | None  # None: every action
+    message: str
+
+
+@dataclass
+class Slowness:
+    seconds: float
+    remaining: int | None
+    actions: frozenset[str] | None
+
+
+@dataclass
+class Answer:
+    status: str
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
+@dataclass
+class Request:
+    """One AWS query-protocol request as the middleware sees it."""
+
+    service: str
+    access_key: str
+    action: str
+    params: list[tuple[str, str]]
+
+    def get(self, name: str, default: str = "") -> str:
+        return next((v for k, v in self.params if k == name), default)
+
+
+@dataclass
+class MiddlewareState:
+    faults: list[Fault] = field(default_factory=list)
+    slowness: list[Slowness] = field(default_factory=list)
+    capacity: int | None = None
+    rejected_keys: set[str] = field(default_factory=set)
+    fleet_api: bool = True
+    tokens: dict[tuple[str, str], tuple[str, Answer]] = field(default_factory=dict)
+    calls: Counter[str] = field(default_factory=Counter)
+
+
+class FaultMiddleware:
+    """The WSGI app in front of moto's."""
+
+    def __init__(self, app: Callable[[Environ, StartResponse], Iterable[bytes]]) -> None:
+        self.app = app
+        self.lock = threading.RLock()
+        self.state = MiddlewareState()
+        self._token_locks: dict[tuple[str, str], threading.Lock] = {}
+
+    def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        body = _read_body(environ)
+        if path.startswith("/_fake/"):
+            return self._control(path.removeprefix("/_fake/"), body, start_response)
+        if path == "/moto-api/reset":
+            self.reset_state()
+        req = _parse(environ, body)
+        answer = self._answer(req, environ, body) if req else self._forward(environ, body)
+        length = ("Content-Length", str(len(answer.body)))
+        start_response(answer.status, [*answer.headers, length])
+        return [answer.body]
+
+    # ------------------------------------------------------------------ control
+
+    def reset_state(self) -> None:
+        with self.lock:
+            self.state = MiddlewareState()
+            self._token_locks.clear()
+
+    def _control(self, name: str, body: bytes, start_response: StartResponse) -> list[bytes]:
+        if name not in CONTROL_METHODS:
+            start_response("404 Not Found", [("Content-Type", "application/json")])
+            return [json.dumps({"error": f"no control method {name}"}).encode()]
+        getattr(self, name)(**(json.loads(body) if body else {}))
+        start_response("200 OK", [("Content-Type", "application/json")])
+        return [b'{"ok": true}']
+
+    def fail_next(
+        self,
+        code: str,
+        attempts: int = 1,
+        actions: Iterable[str] | None = None,
+        status: int | None = None,
+        message: str = "",
+    ) -> None:
+        fault = Fault(
+            code,
+            status or DEFAULT_STATUS.get(code, 400),
+            attempts,
+            frozenset(actions) if actions is not None else None,
+            message or f"injected {code}",
+        )
+        with self.lock:
+            self.state.faults.append(fault)
+
+    def fail_next_launches(self, code: str, attempts: int = 1, status: int | None = None) -> None:
+        self.fail_next(code, attempts, LAUNCH_ACTIONS, status)
+
+    def limit_capacity(self, instances: int | None) -> None:
+        with self.lock:
+            self.state.capacity = instances
+
+    def slow(
+        self, seconds: float, attempts: int | None = None, actions: Iterable[str] | None = None
+    ) -> None:
+        chosen = frozenset(actions) if actions is not None else None
+        with self.lock:
+            self.state.slowness.append(Slowness(seconds, attempts, chosen))
+
+    def reject_access_key(self, access_key_id: str) -> None:
+        with self.lock:
+            self.state.rejected_keys.add(access_key_id)
+
+    def no_fleet_api(self, disabled: bool = True) -> None:
+        with self.lock:
+            self.state.fleet_api = not disabled
+
+    def clear_faults(self) -> None:
+        with self.lock:
+            self.state.faults.clear()
+            self.state.slowness.clear()
+            self.state.capacity = None
+            self.state.rejected_keys.clear()
+            self.state.fleet_api = True
+
+    def calls(self) -> dict[str, int]:
+        with self.lock:
+            return dict(self.state.calls)
+
+    # ------------------------------------------------------------------ requests
+
+    def _answer(self, req: Request, environ: Environ, body: bytes) -> Answer:
+        with self.lock:
+            self.state.calls[req.action] += 1
+        self._delay(req.action)
+        with self.lock:
+            rejected = req.access_key in self.state.rejected_keys
+        if rejected:
+            return _auth_failure(req.service)
+        token = req.get("ClientToken")
+        if req.action in LAUNCH_ACTIONS and token:
+            with self._token_lock((req.action, token)):
+                return self._idempotent(req, (req.action, token), environ, body)
+        return self._launch_or_forward(req, environ, body)
+
+    def _idempotent(
+        self, req: Request, key: tuple[str, str], environ: Environ, body: bytes
+    ) -> Answer:
+        digest = _digest(req)
+        with self.lock:
+            seen = self.state.tokens.get(key)
+        if seen is not None:
+            if seen[0] != digest:
+                return _ec2_error(400, "IdempotentParameterMismatch", "token reused")
+            return seen[1]
+        answer = self._launch_or_forward(req, environ, body)
+        if answer.status.startswith("200"):
+            with self.lock:
+                self.state.tokens[key] = (digest, answer)
+        return answer
+
+    def _launch_or_forward(self, req: Request, environ: Environ, body: bytes) -> Answer:
+        fault = self._take_fault(req.action)
+        if fault is not None:
+            return _ec2_error(fault.status, fault.code, fault.message)
+        if req.action == "CreateFleet":
+            with self.lock:
+                fleet_api = self.state.fleet_api
+            if not fleet_api:
+                return _ec2_error(400, "InvalidAction", "The action CreateFleet is not valid")
+            return self._create_fleet(req, environ)
+        if req.action == "RunInstances":
+            return self._run_instances(req, environ)
+        return self._forward(environ, body)
+
+    def _take_fault(self, action: str) -> Fault | None:
+        with self.lock:
+            for fault in self.state.faults:
+                if fault.remaining > 0 and (fault.actions is None or action in fault.actions):
+                    fault.remaining -= 1
+                    return fault
+        return None
+
+    def _delay(self, action: str) -> None:
+        seconds = 0.0
+        with self.lock:
+            for slow in self.state.slowness:
+                if slow.actions is not None and action not in slow.actions:
+                    continue
+                if slow.remaining is None or slow.remaining > 0:
+                    seconds = max(seconds, slow.seconds)
+                    if slow.remaining is not None:
+                        slow.remaining -= 1
+        if seconds:
+            time.sleep(seconds)
+
+    def _grant(self, wanted: int) -> int:
+        """How many of `wanted` instances may start now (and reserve them)."""
+        with self.lock:
+            if self.state.capacity is None:
+                return wanted
+            granted = max(0, min(wanted, self.state.capacity))
+            self.state.capacity -= granted
+            return granted
+
+    def _give_back(self, instances: int) -> None:
+        with self.lock:
+            if self.state.capacity is not None:
+                self.state.capacity += instances
+
+    def _create_fleet(self, req: Request, environ: Environ) -> Answer:
+        wanted = int(req.get("TargetCapacitySpecification.TotalTargetCapacity", "0") or 0)
+        granted = self._grant(wanted)
+        if granted == wanted:
+            return self._forward(environ, _encode(req.params))
+        errors = _fleet_errors(req)
+        if granted == 0:
+            return _xml_answer(_empty_fleet_xml(errors))
+        params = _replace(req.params, "TargetCapacitySpecification.TotalTargetCapacity", granted)
+        answer = self._forward(environ, _encode(params))
+        if answer.status.startswith("200"):
+            answer.body = answer.body.replace(
+                b"</CreateFleetResponse>", errors.encode() + b"</CreateFleetResponse>"
+            )
+        return answer
+
+    def _run_instances(self, req: Request, environ: Environ) -> Answer:
+        maximum = int(req.get("MaxCount", "1") or 1)
+        minimum = int(req.get("MinCount", "1") or 1)
+        granted = self._grant(maximum)
+        if granted < minimum:
+            self._give_back(granted)
+            message = "We currently do not have sufficient capacity in the zone you requested."
+            return _ec2_error(500, "InsufficientInstanceCapacity", message)
+        # EC2 starts as many as it can up to MaxCount; moto starts MinCount: ask for `granted`
+        params = _replace(_replace(req.params, "MaxCount", granted), "MinCount", granted)
+        return self._forward(environ, _encode(params))
+
+    def _forward(self, environ: Environ, body: bytes) -> Answer:
+        environ = dict(environ)
+        environ["wsgi.input"] = io.BytesIO(body)
+        environ["CONTENT_LENGTH"] = str(len(body))
+        captured: dict[str, Any] = {}
+
+        def start(status: str, headers: list[tuple[str, str]], exc_info: Any = None) -> None:
+            captured["status"], captured["headers"] = status, headers
+
+        chunks = self.app(environ, start)
+        try:
+            data = b"".join(chunks)
+        finally:
+            close = getattr(chunks, "close", None)
+            if close is not None:
+                close()
+        headers = [(k, v) for k, v in captured["headers"] if k.lower() != "content-length"]
+        return Answer(captured["status"], headers, data)
+
+    def _token_lock(self, key: tuple[str, str]) -> threading.Lock:
+        with self.lock:
+            return self._token_locks.setdefault(key, threading.Lock())
+
+
+# ---------------------------------------------------------------------- wire helpers
+
+
+def _read_body(environ: Environ) -> bytes:
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body: bytes = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    return body
+
+
+def _parse(environ: Environ, body: bytes) -> Request | None:
+    """Only signed query-protocol requests (EC2, STS) are looked at; the rest pass through."""
+    found = _CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", ""))
+    if found is None or environ.get("REQUEST_METHOD") != "POST":
+        return None
+    params = parse_qsl(body.decode("utf-8", "replace"), keep_blank_values=True)
+    action = next((v for k, v in params if k == "Action"), "")
+    if not action:
+        return None
+    return Request(found.group(2), found.group(1), action, params)
+
+
+def _encode(params: list[tuple[str, str]]) -> bytes:
+    return urlencode(params).encode()
+
+
+def _replace(params: list[tuple[str, str]], name: str, value: int) -> list[tuple[str, str]]:
+    return [(k, str(value) if k == name else v) for k, v in params]
+
+
+def _digest(req: Request) -> str:
+    relevant = sorted((k, v) for k, v in req.params if k != "ClientToken")
+    return hashlib.sha256(json.dumps(relevant).encode()).hexdigest()
+
+
+def _xml_answer(xml: str, status: str = "200 OK") -> Answer:
+    return Answer(status, [("Content-Type", "text/xml")], xml.encode())
+
+
+def _ec2_error(status: int, code: str, message: str) -> Answer:
+    xml = (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        f"<Response><Errors><Error><Code>{escape(code)}</Code>"
+        f"<Message>{escape(message)}</Message></Error></Errors>"
+        f"<RequestID>{uuid.uuid4()}</RequestID></Response>"
+    )
+    return _xml_answer(xml, _status_line(status))
+
+
+def _auth_failure(service: str) -> Answer:
+    if service == "ec2":
+        return _ec2_error(401, "AuthFailure", "AWS was not able to validate the credentials.")
+    xml = (
+        '<ErrorResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><Error>'
+        "<Type>Sender</Type><Code>InvalidClientTokenId</Code>"
+        "<Message>The security token included in the request is invalid.</Message>"
+        f"</Error><RequestId>{uuid.uuid4()}</RequestId></ErrorResponse>"
+    )
+    return _xml_answer(xml, _status_line(403))
+
+
+def _status_line(status: int) -> str:
+    reasons = {400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 500: "Server Error"}
+    return f"{status} {reasons.get(status, 'Service Unavailable')}"
+
+
+def _fleet_errors(req: Request) -> str:
+    """An `errorSet` with one InsufficientInstanceCapacity item per override in the request."""
+    lifecycle = req.get("TargetCapacitySpecification.DefaultTargetCapacityType", "on-demand")
+    items: list[str] = []
+    prefixes = sorted({k.rsplit(".", 1)[0] for k, _ in req.params if _OVERRIDE.match(k)})
+    for prefix in prefixes or ["LaunchTemplateConfigs.1.Overrides.1"]:
+        config = prefix.split(".Overrides.")[0]
+        overrides = "".join(
+            f"<{tag}>{escape(req.get(f'{prefix}.{name}'))}</{tag}>"
+            for name, tag in (
+                ("InstanceType", "instanceType"),
+                ("SubnetId", "subnetId"),
+                ("AvailabilityZone", "availabilityZone"),
+            )
+            if req.get(f"{prefix}.{name}")
+        )
+        spec = "".join(
+            f"<{tag}>{escape(req.get(f'{config}.LaunchTemplateSpecification.{name}'))}</{tag}>"
+            for name, tag in (("LaunchTemplateName", "launchTemplateName"), ("Version", "version"))
+        )
+        items.append(
+            "<item><launchTemplateAndOverrides>"
+            f"<launchTemplateSpecification>{spec}</launchTemplateSpecification>"
+            f"<overrides>{overrides}</overrides></launchTemplateAndOverrides>"
+            f"<lifecycle>{escape(lifecycle)}</lifecycle>"
+            "<errorCode>InsufficientInstanceCapacity</errorCode>"
+            "<errorMessage>We currently do not have sufficient capacity in the Availability "
+            "Zone you requested.</errorMessage></item>"
+        )
+    return f"<errorSet>{''.join(items)}</errorSet>"
+
+
+def _empty_fleet_xml(errors: str) -> str:
+    return (
+        f'<?xml version="1.0" encoding="UTF-8"?>\n<CreateFleetResponse xmlns="{EC2_NS}">'
+        f"<requestId>{uuid.uuid4()}</requestId><fleetId>fleet-{uuid.uuid4()}</fleetId>"
+        f"{errors}<fleetInstanceSet/></CreateFleetResponse>"
+    )
+
+
+# ---------------------------------------------------------------------- the server
+
+
+class _QuietHandler(MotoRequestHandler):
+    def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
+        return
+
+
+class _Server(ThreadedMotoServer):
+    """ThreadedMotoServer whose WSGI app is moto's behind FaultMiddleware."""
+
+    def __init__(self, middleware_box: list[FaultMiddleware]) -> None:
+        super().__init__(ip_address="127.0.0.1", port=0, verbose=False)
+        self._box = middleware_box
+
+    def _server_entry(self) -> None:
+        app = FaultMiddleware(DomainDispatcherApplication(create_backend_app))
+        self._box.append(app)
+        self._server = make_server(
+            self._ip_address, self._port, app, True, request_handler=_QuietHandler
+        )
+        self._server_ready_event.set()
+        self._server.serve_forever(poll_interval=0.05)
+
+
+class FakeAws:
+    """One moto server with the fault middleware. Methods are safe from any thread."""
+
+    def __init__(self, region: str = REGION) -> None:
+        self.region = region
+        self._box: list[FaultMiddleware] = []
+        self._server: _Server | None = None
+
+    def start(self) -> FakeAws:
+        self._server = _Server(self._box)
+        self._server.start()
+        self.reset()  # moto's backends are per process: forget what an earlier fake made
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.stop()
+            inner = self._server._server
+            if inner is not None:
+                inner.server_close()
+            self._server = None
+
+    def __enter__(self) -> FakeAws:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def middleware(self) -> FaultMiddleware:
+        assert self._box, "fake not started"
+        return self._box[0]
+
+    @property
+    def url(self) -> str:
+        assert self._server is not None, "fake not started"
+        host, port = self._server.get_host_and_port()
+        return f"http://{host}:{port}"
+
+    def info(self) -> dict[str, Any]:
+        return {"url": self.url, "region": self.region}
+
+    def reset(self) -> None:
+        """Forget every instance, launch template and fault (POST /moto-api/reset)."""
+        url = f"{self.url}/moto-api/reset"
+        request = urllib.request.Request(url, data=b"", method="POST")  # noqa: S310 (loopback)
+        with urllib.request.urlopen(request, timeout=30) as answer:  # noqa: S310
+            answer.read()
+
+    # fault injection, delegated to the middleware (thread-safe there)
+    def fail_next(
+        self,
+        code: str,
+        attempts: int = 1,
+        actions: Iterable[str] | None = None,
+        status: int | None = None,
+    ) -> None:
+        """Answer the next `attempts` matching calls (all actions when None) with `code`."""
+        self.middleware.fail_next(code, attempts, actions, status)
+
+    def fail_next_launches(self, code: str, attempts: int = 1, status: int | None = None) -> None:
+        """Fail the next `attempts` CreateFleet/RunInstances calls with `code`."""
+        self.middleware.fail_next_launches(code, attempts, status)
+
+    def limit_capacity(self, instances: int | None) -> None:
+        """Only `instances` more instances can start (None: no limit)."""
+        self.middleware.limit_capacity(instances)
+
+    def slow(
+        self, seconds: float, attempts: int | None = None, actions: Iterable[str] | None = None
+    ) -> None:
+        """Delay the next `attempts` matching answers (all when None) by `seconds`."""
+        self.middleware.slow(seconds, attempts, actions)
+
+    def reject_access_key(self, access_key_id: str) -> None:
+        """Every request signed with this access key id fails (EC2 AuthFailure, STS 403)."""
+        self.middleware.reject_access_key(access_key_id)
+
+    def no_fleet_api(self, disabled: bool = True) -> None:
+        """CreateFleet answers InvalidAction, as an EC2-compatible cloud without fleets."""
+        self.middleware.no_fleet_api(disabled)
+
+    def clear_faults(self) -> None:
+        self.middleware.clear_faults()
+
+    def calls(self) -> dict[str, int]:
+        """Requests seen per action (every attempt, retries included)."""
+        return self.middleware.calls()
+
+
+@contextlib.contextmanager
+def running(region: str = REGION) -> Iterator[FakeAws]:
+    fake = FakeAws(region).start()
+    try:
+        yield fake
+    finally:
+        fake.stop()
+
+
+def main() -> None:
+    """Serve until SIGTERM/SIGINT; print the connection details as one JSON line first."""
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    signal.signal(signal.SIGINT, lambda *_: stop.set())
+    with running() as fake:
+        print(json.dumps(fake.info()), flush=True)
+        stop.wait()
+
+
+if __name__ == "__main__":
+    main()
