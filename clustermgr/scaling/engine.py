@@ -12,9 +12,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from sqlalchemy import select
+
 from clustermgr.config import Settings
 from clustermgr.db.engine import Database
-from clustermgr.db.models import ClusterEvent
+from clustermgr.db.models import ClusterEvent, Node
 from clustermgr.errors import ClusterMgrError, ProviderError, WorkloadError
 from clustermgr.lifecycle import NodeState
 from clustermgr.policy.base import Launch, ScaleDecision
@@ -33,7 +35,8 @@ from clustermgr.scaling.reconcile import (
     replace_unhealthy,
 )
 from clustermgr.scaling.view import ClusterView
-from clustermgr.workload.hooks import consume, read_requests
+from clustermgr.workload.base import WorkloadNode
+from clustermgr.workload.hooks import HookRequest, consume, read_requests
 from clustermgr.workload.slurm import SlurmCli
 
 log = logging.getLogger(__name__)
@@ -63,6 +66,33 @@ class CycleReport:
         if self.provider_errors:
             parts.append(f"provider errors: {', '.join(sorted(self.provider_errors))}")
         return ", ".join(parts)
+
+
+def implied_resumes(
+    database: Database, slurm_nodes: Mapping[str, WorkloadNode]
+) -> list[HookRequest]:
+    """Cloud nodes Slurm is already bringing up for a job while we hold them powered down:
+    a resume request we never saw (spool unwritable, daemon restarting). Treat it as one
+    instead of leaving the job to wait for ResumeTimeout."""
+    busy = {
+        name
+        for name, node in slurm_nodes.items()
+        if node.is_cloud
+        and (node.powering_up or (node.powered_down and node.state in ("ALLOCATED", "MIXED")))
+    }
+    if not busy:
+        return []
+    with database.session() as session:
+        waiting = sorted(
+            session.scalars(
+                select(Node.name).where(
+                    Node.name.in_(busy), Node.state == NodeState.POWERED_DOWN.value
+                )
+            )
+        )
+    if not waiting:
+        return []
+    return [HookRequest(kind="resume", nodes=tuple(waiting), jobs={}, at=time.time())]
 
 
 class Engine:
@@ -132,7 +162,8 @@ class Engine:
             report.error = "no longer the leader; nothing done"
             return
         else:
-            reconciled = apply_hook_requests(actor, requests)
+            implied = implied_resumes(self.db, snapshot.nodes)
+            reconciled = apply_hook_requests(actor, [*requests, *implied])
             consume(requests)
             reconciled.registered = observe_slurm(actor, snapshot.nodes)
             reconciled.unhealthy = replace_unhealthy(actor, snapshot.nodes)

@@ -16,8 +16,7 @@ RESOURCE_REASONS = frozenset(
         "Priority",
         "ReqNodeNotAvail",
         "NodeDown",
-        "PartitionNodeLimit",
-        "Nodes_required_for_job_are_DOWN,_DRAINED_or_reserved_for_jobs_in_higher_priority_partitions",
+        "Nodes_required_for_job_are_DOWN",  # ", DRAINED or reserved for jobs in higher ..."
         "PowerUpNodes",
         "Reservation",
     }
@@ -25,8 +24,13 @@ RESOURCE_REASONS = frozenset(
 
 
 def lacks_resources(job: PendingJob) -> bool:
-    head = job.reason.split(",")[0].strip()
-    return job.reason in RESOURCE_REASONS or head in RESOURCE_REASONS
+    """squeue prints some reasons with spaces ("Nodes required for job are DOWN, ..."),
+    others with underscores; compare them in the underscore form, by prefix."""
+    reason = job.reason.replace(" ", "_")
+    return reason.startswith(RESOURCE_PREFIXES)
+
+
+RESOURCE_PREFIXES = tuple(sorted(RESOURCE_REASONS))
 
 
 def required_features(constraint: tuple[str, ...]) -> set[str]:

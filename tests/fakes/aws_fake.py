@@ -56,6 +56,7 @@ CONTROL_METHODS = (
     "slow",
     "reject_access_key",
     "no_fleet_api",
+    "no_capacity_for",
     "clear_faults",
 )
 # How EC2 signals each fault (HTTP status real EC2 uses; botocore retries 5xx and throttles).
@@ -117,6 +118,7 @@ class MiddlewareState:
     faults: list[Fault] = field(default_factory=list)
     slowness: list[Slowness] = field(default_factory=list)
     capacity: int | None = None
+    no_capacity_types: set[str] = field(default_factory=set)
     rejected_keys: set[str] = field(default_factory=set)
     fleet_api: bool = True
     tokens: dict[tuple[str, str], tuple[str, Answer]] = field(default_factory=dict)
@@ -205,6 +207,7 @@ class FaultMiddleware:
             self.state.faults.clear()
             self.state.slowness.clear()
             self.state.capacity = None
+            self.state.no_capacity_types.clear()
             self.state.rejected_keys.clear()
             self.state.fleet_api = True
 
@@ -293,7 +296,44 @@ class FaultMiddleware:
             if self.state.capacity is not None:
                 self.state.capacity += instances
 
+    def no_capacity_for(self, instance_types: Iterable[str]) -> None:
+        with self.lock:
+            self.state.no_capacity_types = set(instance_types)
+
+    def _without_exhausted_types(self, req: Request) -> Request | None:
+        """Drop fleet overrides of types with no capacity (None: nothing left to launch)."""
+        with self.lock:
+            blocked = set(self.state.no_capacity_types)
+        if not blocked:
+            return req
+        kept: dict[str, list[tuple[str, str]]] = {}
+        others: list[tuple[str, str]] = []
+        for key, value in req.params:
+            found = _OVERRIDE.match(key)
+            if found:
+                kept.setdefault(key.rsplit(".", 1)[0], []).append((key, value))
+            else:
+                others.append((key, value))
+        allowed = [
+            items
+            for prefix, items in sorted(kept.items())
+            if dict(items).get(f"{prefix}.InstanceType") not in blocked
+        ]
+        if not allowed:
+            return None
+        renumbered = []
+        for index, items in enumerate(allowed, 1):
+            for key, value in items:
+                head, _, name = key.rpartition(".")
+                config = head.split(".Overrides.")[0]
+                renumbered.append((f"{config}.Overrides.{index}.{name}", value))
+        return Request(req.service, req.access_key, req.action, others + renumbered)
+
     def _create_fleet(self, req: Request, environ: Environ) -> Answer:
+        narrowed = self._without_exhausted_types(req)
+        if narrowed is None:
+            return _xml_answer(_empty_fleet_xml(_fleet_errors(req)))
+        req = narrowed
         wanted = int(req.get("TargetCapacitySpecification.TotalTargetCapacity", "0") or 0)
         granted = self._grant(wanted)
         if granted == wanted:
@@ -549,6 +589,11 @@ class FakeAws:
     ) -> None:
         """Delay the next `attempts` matching answers (all when None) by `seconds`."""
         self.middleware.slow(seconds, attempts, actions)
+
+    def no_capacity_for(self, instance_types: Iterable[str]) -> None:
+        """CreateFleet finds no capacity for these types (an Errors item each), as EC2
+        reports a type that is sold out in every zone; other overrides still launch."""
+        self.middleware.no_capacity_for(instance_types)
 
     def reject_access_key(self, access_key_id: str) -> None:
         """Every request signed with this access key id fails (EC2 AuthFailure, STS 403)."""

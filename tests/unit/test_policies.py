@@ -267,3 +267,13 @@ def test_loader_errors_are_one_line(tmp_path: object) -> None:
         load_policy(PolicyRef(name="nope"))
     with pytest.raises(ConfigError, match="policy 'idle_timeout': bad options"):
         load_policy(PolicyRef(name="idle_timeout", options={"minutse": 3}))
+
+
+def test_pending_reasons_in_either_spelling_count_as_lack_of_resources() -> None:
+    from clustermgr.scaling.fit import lacks_resources
+
+    spaced = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority"
+    for reason in ("Resources", "Priority", "ReqNodeNotAvail, UnavailableNodes:c[1-4]", spaced):
+        assert lacks_resources(job("1", reason=reason))
+    for reason in ("JobHeldUser", "Dependency", "BeginTime", "QOSMaxJobsPerUserLimit"):
+        assert not lacks_resources(job("1", reason=reason))

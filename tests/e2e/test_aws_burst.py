@@ -1,0 +1,301 @@
+"""cm-scale against a real slurmctld and the AWS SDK over the moto fake.
+
+No slurmd stands behind a moto instance: nodes reach POWERING_UP with their addresses set
+and never register, which is enough to follow launches, fallbacks and failures.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from clustermgr.testing.slurmlab import NodeGroup, Partition, SlurmLab
+from tests.fakes.aws_fake import FakeAws
+from tests.fakes.aws_harness import ACCESS_KEY, IMAGE, SECRET_KEY
+
+BIN = Path(sys.executable).parent
+HOOKS = ("resume", "suspend", "resume-fail")
+
+
+@dataclass
+class AwsLab:
+    slurm: SlurmLab
+    fake: FakeAws
+    workdir: Path
+    config: Path
+
+    @property
+    def env(self) -> dict[str, str]:
+        return {
+            **os.environ,
+            **self.slurm.env,
+            "CLUSTERMGR_CONFIG": str(self.config),
+            "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+            "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+            "AWS_EC2_METADATA_DISABLED": "true",
+        }
+
+    def run(self, program: str, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(BIN / program), *args],
+            capture_output=True,
+            text=True,
+            env=self.env,
+            timeout=300,
+            check=False,
+        )
+
+    def once(self) -> str:
+        done = self.run("cm-scale", "--once")
+        return done.stdout + done.stderr
+
+    def node(self, name: str) -> dict[str, str]:
+        return self.slurm.node_fields(name)
+
+    def instances(self) -> list[dict[str, object]]:
+        data: list[dict[str, object]] = json.loads(
+            self.run("clustermgr", "providers", "instances", "aws1", "--json").stdout
+        )
+        return data
+
+    def submit(self, *args: str) -> str:
+        """sbatch, then wait until Slurm's scheduler has looked at the job (Reason set)."""
+        job = self.slurm.run(
+            "sbatch",
+            "--parsable",
+            "-p",
+            "gpu",
+            "--chdir",
+            str(self.workdir),
+            "--output",
+            f"{self.workdir}/%j.out",
+            *args,
+            "--wrap",
+            "hostname",
+        ).stdout.strip()
+        deadline = time.monotonic() + 20
+        while self.job(job, "JobState") == "PENDING" and self.job(job, "Reason") == "None":
+            assert time.monotonic() < deadline, "the scheduler never looked at the job"
+            time.sleep(0.3)
+        return job
+
+    def job(self, job_id: str, field: str) -> str:
+        out = self.slurm.run("scontrol", "show", "job", job_id, "-o").stdout
+        return next((w.split("=", 1)[1] for w in out.split() if w.startswith(f"{field}=")), "")
+
+
+def write_config(
+    lab_dir: Path,
+    slurm: SlurmLab,
+    fake: FakeAws,
+    subnets: list[str],
+    mode: str,
+    boot_timeout_s: int,
+) -> Path:
+    config = lab_dir / "clustermgr.toml"
+    config.write_text(
+        f"""
+[cluster]
+name = "e2e"
+head_address = "{slurm.conf_server}"
+[database]
+url = "sqlite:///{lab_dir / "cm.db"}"
+[[providers]]
+name = "aws1"
+type = "aws"
+region = "{fake.region}"
+endpoint_url = "{fake.url}"
+retry_mode = "standard"
+[[templates]]
+name = "aws-a"
+provider = "aws1"
+partition = "gpu"
+nodes = "aws-[1-4]"
+instance_types = ["p4d.24xlarge", "p4de.24xlarge"]
+image = "{IMAGE}"
+subnets = {json.dumps(subnets)}
+cpus = 2
+memory_mb = 1000
+demand_mode = "{mode}"
+boot_timeout_s = {boot_timeout_s}
+fallback_templates = ["aws-b"]
+[[templates]]
+name = "aws-b"
+provider = "aws1"
+partition = "gpu"
+nodes = "awsb-[1-2]"
+instance_types = ["g5.12xlarge"]
+image = "{IMAGE}"
+subnets = {json.dumps(subnets)}
+cpus = 2
+memory_mb = 1000
+demand_mode = "{mode}"
+boot_timeout_s = {boot_timeout_s}
+[policy]
+chain = [{{ name = "queue_depth" }}]
+[daemon]
+state_dir = "{lab_dir / "state"}"
+heartbeat_stale_s = 3600
+"""
+    )
+    return config
+
+
+def make_lab(lab_dir: Path, mode: str, boot_timeout_s: int = 600) -> Iterator[AwsLab]:
+    fake = FakeAws().start()
+    hooks = {}
+    for kind in HOOKS:
+        wrapper = lab_dir / f"hook-{kind}"
+        wrapper.write_text(
+            f"#!/bin/sh\nCLUSTERMGR_CONFIG='{lab_dir / 'clustermgr.toml'}' "
+            f"exec '{BIN / f'clustermgr-slurm-{kind}'}' \"$@\"\n"
+        )
+        wrapper.chmod(0o755)
+        hooks[kind] = str(wrapper)
+    slurm = SlurmLab(
+        lab_dir / "slurm",
+        [
+            NodeGroup("aws-[1-4]", cpus=2, memory_mb=1000, features=("aws1", fake.region, "aws-a")),
+            NodeGroup(
+                "awsb-[1-2]",
+                cpus=2,
+                memory_mb=1000,
+                features=("aws1", fake.region, "aws-b"),
+                weight=10,
+            ),
+        ],
+        [Partition("gpu", "aws-[1-4],awsb-[1-2]", default=True)],
+        resume_program=hooks["resume"],
+        suspend_program=hooks["suspend"],
+        resume_fail_program=hooks["resume-fail"],
+        suspend_time=3600,
+        resume_timeout=600,
+        suspend_timeout=5,
+    )
+    try:
+        slurm.start()
+        import boto3
+
+        ec2 = boto3.client(
+            "ec2",
+            region_name=fake.region,
+            endpoint_url=fake.url,
+            aws_access_key_id=ACCESS_KEY,
+            aws_secret_access_key=SECRET_KEY,
+        )
+        subnets = sorted(s["SubnetId"] for s in ec2.describe_subnets()["Subnets"])[:2]
+        config = write_config(lab_dir, slurm, fake, subnets, mode, boot_timeout_s)
+        lab = AwsLab(slurm, fake, lab_dir, config)
+        assert lab.run("clustermgr", "db", "upgrade").returncode == 0
+        assert lab.run("clustermgr", "nodes", "sync").returncode == 0
+        first = lab.run("cm-scale", "--once")  # spool, heartbeat, the policy-mode hold
+        assert first.returncode == 0, first.stderr
+        yield lab
+    finally:
+        slurm.stop()
+        fake.stop()
+
+
+@pytest.fixture
+def policy_lab(lab_dir: Path) -> Iterator[AwsLab]:
+    yield from make_lab(lab_dir, "policy")
+
+
+@pytest.fixture
+def slurm_lab(lab_dir: Path) -> Iterator[AwsLab]:
+    yield from make_lab(lab_dir, "slurm", boot_timeout_s=4)
+
+
+def test_demand_launches_one_fleet_binds_names_and_sets_addresses(policy_lab: AwsLab) -> None:
+    lab = policy_lab
+    job = lab.submit("-N", "2")
+    assert "launched 2" in lab.once()
+    assert lab.fake.calls().get("CreateFleet") == 1
+    instances = lab.instances()
+    assert sorted(str(i["node"]) for i in instances) == ["aws-1", "aws-2"]
+    assert {i["template"] for i in instances} == {"aws-a"}
+    for inst in instances:
+        fields = lab.node(str(inst["node"]))
+        assert fields["NodeAddr"] == inst["private_address"]
+        assert "POWERING_UP" in fields["State"] or "POWER" in fields["State"]
+    assert lab.job(job, "JobState") in ("CONFIGURING", "PENDING")
+    lab.once()  # a second cycle launches nothing more: the nodes are coming
+    assert len(lab.instances()) == 2 and lab.fake.calls().get("CreateFleet") == 1
+
+
+def test_capacity_on_the_first_type_falls_back_to_the_next(policy_lab: AwsLab) -> None:
+    lab = policy_lab
+    lab.fake.no_capacity_for(["p4d.24xlarge"])
+    lab.submit()
+    assert "launched 1" in lab.once()
+    [instance] = lab.instances()
+    assert (instance["template"], instance["instance_type"]) == ("aws-a", "p4de.24xlarge")
+
+
+def test_no_capacity_in_a_template_falls_back_to_the_next_template(policy_lab: AwsLab) -> None:
+    lab = policy_lab
+    lab.fake.no_capacity_for(["p4d.24xlarge", "p4de.24xlarge"])  # every type of aws-a
+    job = lab.submit()
+    out = lab.once()
+    assert "launched 1" in out and "failed 1" in out, out
+    [instance] = lab.instances()
+    assert (instance["template"], instance["node"]) == ("aws-b", "awsb-1")
+    assert instance["instance_type"] == "g5.12xlarge"
+    history = json.loads(lab.run("clustermgr", "nodes", "history", "aws-1", "--json").stdout)
+    assert history[-2]["new_state"] == "FAILED"
+    assert history[-2]["reason"].startswith("(Code:CAPACITY)")
+    assert history[-1]["new_state"] == "POWERED_DOWN"
+    assert lab.job(job, "JobState") in ("CONFIGURING", "PENDING")
+
+
+def test_unrecoverable_error_requeues_the_job_and_frees_the_nodes(slurm_lab: AwsLab) -> None:
+    lab = slurm_lab
+    lab.fake.fail_next_launches("VcpuLimitExceeded", attempts=50)
+    job = lab.submit()
+    deadline = time.monotonic() + 30
+    while not list((lab.workdir / "state" / "spool").glob("*.json")):
+        assert time.monotonic() < deadline, "Slurm never called the resume hook"
+        time.sleep(0.5)
+    node = lab.job(job, "NodeList")
+    out = lab.once()
+    assert "failed 1" in out, out
+    assert lab.job(job, "JobState") == "PENDING"
+    assert lab.job(job, "Restarts") == "1"
+    assert lab.instances() == []
+    fields = lab.node(node)
+    assert fields["Reason"].startswith("(Code:QUOTA)")
+    history = json.loads(lab.run("clustermgr", "nodes", "history", node, "--json").stdout)
+    assert any(
+        h["new_state"] == "FAILED" and h["reason"].startswith("(Code:QUOTA)") for h in history
+    )
+    deadline = time.monotonic() + 60
+    while (
+        "POWERED_DOWN" not in lab.node(node)["State"] or "POWERING_DOWN" in lab.node(node)["State"]
+    ):
+        assert time.monotonic() < deadline, lab.node(node)["State"]
+        time.sleep(1)
+
+
+def test_node_that_never_registers_is_failed_after_the_boot_timeout(slurm_lab: AwsLab) -> None:
+    lab = slurm_lab
+    job = lab.submit()
+    deadline = time.monotonic() + 30
+    while not list((lab.workdir / "state" / "spool").glob("*.json")):
+        assert time.monotonic() < deadline, "Slurm never called the resume hook"
+        time.sleep(0.5)
+    assert "launched 1" in lab.once()
+    time.sleep(5)
+    out = lab.once()
+    assert "failed 1" in out or lab.instances() == [], out
+    assert lab.instances() == []
+    assert lab.job(job, "Restarts") == "1"
+    history = json.loads(lab.run("clustermgr", "events", "--json").stdout)
+    assert any(h["reason"].startswith("(Code:BOOT_TIMEOUT)") for h in history), history
