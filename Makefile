@@ -3,6 +3,9 @@
 #   make test   set up everything and run lint, type checks and the whole test suite
 VENV ?= .venv
 PY := $(VENV)/bin/python
+# Debian's python3: SlurmUser must be able to run the hooks from the virtualenv, and an
+# interpreter under /root (pyenv) is not reachable for it.
+PYTHON ?= $(shell test -x /usr/bin/python3 && echo /usr/bin/python3 || echo python3)
 PYTEST_ARGS ?=
 
 .PHONY: setup debs demo test test-unit lint bench clean
@@ -14,7 +17,7 @@ debs:
 
 $(VENV)/.installed: pyproject.toml .ci/install-debs
 	bash .ci/install-debs
-	python3 -m venv $(VENV)
+	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -e '.[all,test]'
 	touch $@

@@ -16,7 +16,7 @@ from tests.fakes.harness import ContractHarness
 
 pytestmark = pytest.mark.integration
 
-PROVIDER_TYPES = ["aws", "azure", "openstack"]  # local joins as it lands
+PROVIDER_TYPES = ["aws", "azure", "openstack", "local"]
 
 
 @pytest.fixture(params=PROVIDER_TYPES)

@@ -1,0 +1,370 @@
+"""The local provider: each "instance" is a real slurmd on this machine, in its own network
+namespace with its own address on `settings.subnet`. It plays the cloud in tests, the demo
+and benchmarks (the fake driver shipped in the package, libcloud-style), and needs root.
+
+The network: a Linux bridge on the host holds the subnet's first address (the controller's
+end: `ensure_bridge(settings)` returns it, give it to slurmctld as SlurmctldHost's address);
+each instance gets a namespace `cm-<id>`, a veth pair (host end on the bridge, `eth0`
+inside) and the next free address of the subnet.
+
+The instance: `unshare --time --boottime -<uptime-5> --fork --kill-child nsenter
+--net=/var/run/netns/cm-<id> /usr/sbin/slurmd -D -N NODE --conf-server HOST:PORT`, started
+in a new session and detached (a later process lists and terminates it by pid). The time
+namespace makes slurmd report a fresh boot, which slurmctld wants before it ends
+POWERING_UP. Output goes to `<state_dir>/logs/<id>.log`.
+
+Contract with the engine (where NODE and HOST:PORT come from):
+  * NODE is `spec.node_names[i]`: the local provider needs a name per instance (INVALID
+    otherwise), and passes it to slurmd (and as CLUSTERMGR_NODE in its environment).
+  * HOST:PORT is read from `spec.user_data`, which the engine renders from
+    images/bootstrap.sh.tmpl and which contains `--conf-server 'HOST:PORT'`. The script
+    itself is NOT run (it would rename this host); only that argument is taken. No
+    `--conf-server` in the user-data is INVALID (set cluster.head_address or
+    slurm.conf_server, with the port when it is not 6817).
+
+Instance types are a fixed catalog (CATALOG). GPU counts there are informational: the
+fake GPU devices a node has are the ones the controller's gres.conf names (SlurmLab makes
+character devices for them), fetched configless by slurmd.
+
+State: `<state_dir>/instances.json` (default /var/lib/clustermgr/local/<provider name>), see
+local_state.py, which also documents faults.json (injected CAPACITY/QUOTA/THROTTLED
+failures and a capacity limit). `settings.max_instances` caps live instances; past it the
+rest of a launch is a CAPACITY error (a partial launch), as is running out of addresses.
+
+AUTH (the local provider's "credentials"): managing network namespaces needs root or
+CAP_NET_ADMIN, and the state dir must be creatable, owned by the current user and
+writable. Otherwise every call raises ProviderError(AUTH) naming what is wrong.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import re
+import secrets
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, ClassVar
+
+from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.providers import local_net as net
+from clustermgr.providers.base import (
+    TAG_NODE,
+    CheckResult,
+    CloudInstance,
+    InstanceState,
+    InstanceType,
+    LaunchError,
+    LaunchResult,
+    LaunchSpec,
+    invalid,
+    ours,
+)
+from clustermgr.providers.local_state import (
+    InstanceRecord,
+    State,
+    auth_error,
+    check_state_dir,
+    locked,
+)
+
+if TYPE_CHECKING:
+    from clustermgr.config import ProviderSettings
+
+log = logging.getLogger(__name__)
+
+DEFAULT_STATE_ROOT = Path("/var/lib/clustermgr/local")
+SLURMD = "/usr/sbin/slurmd"
+CAP_NET_ADMIN = 12
+CONF_SERVER = re.compile(r"--conf-server[= ]+['\"]?([^'\"\s]+)")
+
+CATALOG: tuple[InstanceType, ...] = (
+    InstanceType("local.cpu", vcpus=2, memory_mb=1024),
+    InstanceType("local.gpu2", vcpus=2, memory_mb=1024, gpu_model="fake", gpu_count=2),
+    InstanceType("local.gpu8", vcpus=8, memory_mb=4096, gpu_model="fake", gpu_count=8),
+)
+CATALOG_BY_NAME = {t.name: t for t in CATALOG}
+
+
+def state_dir_of(settings: ProviderSettings) -> Path:
+    return settings.state_dir or DEFAULT_STATE_ROOT / settings.name
+
+
+def ensure_bridge(settings: ProviderSettings) -> str:
+    """Make the provider's bridge (idempotent) and return the host's address on it."""
+    return net.ensure_bridge_for(net.Subnet.parse(settings.subnet))
+
+
+def remove_bridge(settings: ProviderSettings) -> None:
+    """Delete the provider's bridge; already gone is fine."""
+    net.remove_bridge_for(net.Subnet.parse(settings.subnet))
+
+
+def can_manage_namespaces() -> bool:
+    """Root, or CAP_NET_ADMIN in the effective set."""
+    if os.geteuid() == 0:
+        return True
+    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith("CapEff:"):
+                return bool(int(line.split()[1], 16) >> CAP_NET_ADMIN & 1)
+    return False
+
+
+def conf_server_from(spec: LaunchSpec) -> str:
+    found = CONF_SERVER.search(spec.user_data)
+    if not found or found.group(1).startswith((":", "@")):
+        raise invalid(
+            "local",
+            spec.template,
+            "user_data",
+            spec.user_data[:60],
+            "has no `--conf-server HOST[:PORT]` for slurmd (set cluster.head_address)",
+        )
+    return found.group(1)
+
+
+class LocalProvider:
+    kind: ClassVar[str] = "local"
+
+    def __init__(self, settings: ProviderSettings, cluster: str) -> None:
+        self.settings = settings
+        self.name = settings.name
+        self.cluster = cluster
+        self.state_dir = state_dir_of(settings)
+        self.subnet = net.Subnet.parse(settings.subnet)
+        self.slurmd = SLURMD if os.path.exists(SLURMD) else (net.tool("slurmd") or SLURMD)
+
+    # --- reading ----------------------------------------------------------------------
+
+    def _authorize(self) -> None:
+        if not can_manage_namespaces():
+            raise auth_error("cannot manage network namespaces: not root (needs CAP_NET_ADMIN)")
+        check_state_dir(self.state_dir)
+
+    def _instance(self, rec: InstanceRecord) -> CloudInstance:
+        if rec.status == "stopping":
+            state = InstanceState.STOPPING
+        elif rec.pid is not None and net.alive(rec.pid, rec.pid_start):
+            state = InstanceState.RUNNING
+        else:
+            state = InstanceState.ERROR  # slurmd died without terminate(): a crashed "VM"
+        return CloudInstance(
+            instance_id=rec.instance_id,
+            node_name=rec.node,
+            state=state,
+            private_address=rec.address,
+            instance_type=rec.instance_type,
+            zone=self.settings.region,
+            lifecycle="on-demand",
+            launch_time=datetime.fromisoformat(rec.launched_at),
+            tags=dict(rec.tags),
+        )
+
+    def list_instances(self) -> dict[str, CloudInstance]:
+        self._authorize()
+        with locked(self.state_dir, exclusive=False) as state:
+            return {
+                iid: self._instance(rec)
+                for iid, rec in state.instances.items()
+                if rec.cluster == self.cluster
+            }
+
+    def catalog(self) -> Sequence[InstanceType]:
+        return CATALOG
+
+    # --- launching --------------------------------------------------------------------
+
+    def _validate(self, spec: LaunchSpec, count: int) -> tuple[InstanceType, str]:
+        if not spec.instance_types:
+            raise invalid(self.name, spec.template, "instance_types", "", "is empty")
+        for name in spec.instance_types:
+            if name not in CATALOG_BY_NAME:
+                known = ", ".join(CATALOG_BY_NAME)
+                raise invalid(
+                    self.name, spec.template, "instance_types", name, f"unknown (known: {known})"
+                )
+        if spec.market != "on-demand":
+            raise invalid(self.name, spec.template, "market", spec.market, "local has no spot")
+        if count < 0 or len(spec.node_names) < count:
+            raise invalid(
+                self.name,
+                spec.template,
+                "node_names",
+                ",".join(spec.node_names),
+                f"the local provider needs a node name per instance ({count} asked)",
+            )
+        return CATALOG_BY_NAME[spec.instance_types[0]], conf_server_from(spec)
+
+    def launch(self, spec: LaunchSpec, count: int, request_id: str) -> LaunchResult:
+        itype, conf_server = self._validate(spec, count)
+        self._authorize()
+        net.ensure_bridge_for(self.subnet)
+        result = LaunchResult(request_id=request_id, requested=count)
+        names = list(spec.node_names[:count])
+        with locked(self.state_dir) as state:
+            try:
+                self._launch_locked(state, spec, itype, conf_server, names, result)
+            finally:
+                state.save()
+        return result
+
+    def _launch_locked(
+        self,
+        state: State,
+        spec: LaunchSpec,
+        itype: InstanceType,
+        conf_server: str,
+        names: list[str],
+        result: LaunchResult,
+    ) -> None:
+        existing = {
+            rec.node: rec
+            for rec in state.instances.values()
+            if rec.request_id == result.request_id and rec.cluster == self.cluster
+        }
+        result.instances += [self._instance(existing[n]) for n in names if n in existing]
+        to_start = [n for n in names if n not in existing]
+        if not to_start:
+            return
+        fault = state.take_launch_fault()
+        if fault is not None:
+            result.errors.append(
+                LaunchError(fault.kind, fault.code, fault.message, itype.name, count=len(to_start))
+            )
+            return
+        for index, node in enumerate(to_start):
+            why = self._no_room(state)
+            if why is None and not state.take_capacity():
+                why = "InsufficientCapacity", "no more local capacity (faults.json)"
+            if why is not None:
+                left = len(to_start) - index
+                result.errors.append(
+                    LaunchError(ErrorKind.CAPACITY, why[0], why[1], itype.name, count=left)
+                )
+                return
+            try:
+                rec = self._start_one(state, spec, itype, conf_server, node, result.request_id)
+            except ProviderError as exc:
+                result.errors.append(
+                    LaunchError(exc.kind, exc.code or "LaunchFailed", str(exc.args[0]), itype.name)
+                )
+                continue
+            result.instances.append(self._instance(rec))
+
+    def _no_room(self, state: State) -> tuple[str, str] | None:
+        limit = self.settings.max_instances
+        if limit is not None and len(state.instances) >= limit:
+            return "InstanceLimitReached", f"max_instances = {limit} reached"
+        if self._free_address(state) is None:
+            return "SubnetFull", f"no free address left in {self.settings.subnet}"
+        return None
+
+    def _free_address(self, state: State) -> str | None:
+        taken = {rec.address for rec in state.instances.values()}
+        return next((a for a in self.subnet.instance_addresses() if a not in taken), None)
+
+    def _start_one(
+        self,
+        state: State,
+        spec: LaunchSpec,
+        itype: InstanceType,
+        conf_server: str,
+        node: str,
+        request_id: str,
+    ) -> InstanceRecord:
+        instance_id = f"lc-{secrets.token_hex(4)}"
+        address = self._free_address(state)
+        assert address is not None  # _no_room checked
+        tags = {**ours(self.cluster, spec.template, request_id, spec.tags), TAG_NODE: node}
+        log_path = self.state_dir / "logs" / f"{instance_id}.log"
+        net.create_network(instance_id, self.subnet, address)
+        try:
+            pid, started = net.spawn_slurmd(instance_id, node, conf_server, self.slurmd, log_path)
+        except ProviderError:
+            net.delete_network(instance_id)
+            raise
+        rec = InstanceRecord(
+            instance_id=instance_id,
+            cluster=self.cluster,
+            node=node,
+            request_id=request_id,
+            template=spec.template,
+            instance_type=itype.name,
+            address=address,
+            launched_at=datetime.now(UTC).isoformat(),
+            pid=pid,
+            pid_start=started,
+            log=str(log_path),
+            tags=tags,
+        )
+        state.instances[instance_id] = rec
+        state.save()  # a crash after this point still knows the instance
+        log.info("local: started %s as %s at %s (pid %d)", node, instance_id, address, pid)
+        return rec
+
+    # --- terminating ------------------------------------------------------------------
+
+    def terminate(self, instance_ids: Sequence[str], request_id: str) -> None:
+        self._authorize()
+        with locked(self.state_dir) as state:
+            doomed = [
+                state.instances[iid]
+                for iid in instance_ids
+                if iid in state.instances and state.instances[iid].cluster == self.cluster
+            ]
+            if not doomed:
+                return
+            for rec in doomed:
+                rec.status = "stopping"
+            state.save()
+            net.stop_instances({rec.instance_id: (rec.pid or 0, rec.pid_start) for rec in doomed})
+            failures = []
+            for rec in doomed:
+                try:
+                    net.delete_network(rec.instance_id)
+                except ProviderError as exc:
+                    failures.append(f"{rec.instance_id}: {exc.args[0]}")
+                    continue
+                del state.instances[rec.instance_id]
+            state.save()
+        if failures:
+            raise ProviderError(
+                ErrorKind.TRANSIENT,
+                "could not remove " + "; ".join(failures),
+                provider=self.name,
+                code="TerminateIncomplete",
+            )
+
+    # --- checks -----------------------------------------------------------------------
+
+    def check(self) -> list[CheckResult]:
+        results = [
+            CheckResult(
+                "privileges",
+                can_manage_namespaces(),
+                "root or CAP_NET_ADMIN"
+                if can_manage_namespaces()
+                else "cannot manage network namespaces: not root (needs CAP_NET_ADMIN)",
+            )
+        ]
+        for name in ("ip", "unshare", "nsenter"):
+            found = net.tool(name)
+            results.append(CheckResult(name, found is not None, found or f"{name} not found"))
+        slurmd_ok = os.access(self.slurmd, os.X_OK)
+        results.append(
+            CheckResult("slurmd", slurmd_ok, self.slurmd if slurmd_ok else "slurmd not found")
+        )
+        try:
+            check_state_dir(self.state_dir)
+            results.append(CheckResult("state dir", True, f"{self.state_dir} is ours, writable"))
+        except ProviderError as exc:
+            results.append(CheckResult("state dir", False, str(exc.args[0])))
+        try:
+            usable, detail = net.bridge_state(self.subnet)
+        except ProviderError as exc:
+            usable, detail = False, str(exc.args[0])
+        results.append(CheckResult("bridge", usable, detail))
+        return results

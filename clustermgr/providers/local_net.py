@@ -1,0 +1,298 @@
+"""The plumbing of the local provider: a bridge, network namespaces, veths, slurmd processes.
+
+Every command is an argv list with a timeout. Names are short (Linux interface names are at
+most 15 characters): the bridge is `cmbr-<8 hex of the subnet>`, an instance `lc-<8 hex>`
+has the namespace `cm-lc-<8 hex>` and the host-side veth `lc-<8 hex>-h` (its peer is
+`eth0` inside the namespace).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from clustermgr.errors import ErrorKind, ProviderError
+
+NETNS_DIR = Path("/var/run/netns")
+TOOL_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
+CMD_TIMEOUT_S = 15.0
+STOP_TIMEOUT_S = 5.0
+# The namespaced slurmd must report a boot later than the resume request (slurmctld keeps a
+# node POWERING_UP until it does); with Slurm resuming first and cm-scale launching later,
+# only "booted just now" is always late enough.
+BOOT_AGE_S = 0
+
+
+class NetError(ProviderError):
+    def __init__(self, message: str, code: str = "LocalNetwork") -> None:
+        super().__init__(ErrorKind.OTHER, message, provider="local", code=code)
+
+
+def tool(name: str) -> str | None:
+    return shutil.which(name, path=TOOL_PATH)
+
+
+def run(argv: list[str], timeout: float = CMD_TIMEOUT_S) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, check=False)
+    except FileNotFoundError:
+        raise NetError(f"{argv[0]} is not installed", code="ToolMissing") from None
+    except subprocess.TimeoutExpired:
+        raise NetError(f"{' '.join(argv[:4])} timed out after {timeout:.0f} s") from None
+
+
+def ip(*args: str, ok_if: tuple[str, ...] = ()) -> str:
+    """Run `ip ARGS`; an error whose text contains one of `ok_if` counts as done."""
+    done = run([tool("ip") or "ip", *args])
+    if done.returncode != 0:
+        if any(text in done.stderr for text in ok_if):
+            return ""
+        raise NetError(f"ip {' '.join(args)} failed: {done.stderr.strip()}")
+    return done.stdout
+
+
+# --- the subnet and its bridge -----------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Subnet:
+    network: ipaddress.IPv4Network
+
+    @classmethod
+    def parse(cls, text: str) -> Subnet:
+        try:
+            network = ipaddress.ip_network(text, strict=False)
+        except ValueError as exc:
+            raise ProviderError(
+                ErrorKind.INVALID, f"subnet {text!r}: {exc}", provider="local", code="BadSubnet"
+            ) from None
+        if not isinstance(network, ipaddress.IPv4Network) or network.num_addresses < 4:
+            raise ProviderError(
+                ErrorKind.INVALID,
+                f"subnet {text!r}: needs an IPv4 network of at least 4 addresses",
+                provider="local",
+                code="BadSubnet",
+            )
+        return cls(network)
+
+    @property
+    def bridge(self) -> str:
+        return "cmbr-" + hashlib.sha1(str(self.network).encode()).hexdigest()[:8]  # noqa: S324
+
+    @property
+    def host_address(self) -> str:
+        return str(self.network.network_address + 1)
+
+    @property
+    def prefix(self) -> int:
+        return self.network.prefixlen
+
+    def instance_addresses(self) -> list[str]:
+        """Every address an instance may take: the subnet's hosts after the bridge's."""
+        first = self.network.network_address + 2
+        last = self.network.broadcast_address - 1
+        return [str(ipaddress.IPv4Address(a)) for a in range(int(first), int(last) + 1)]
+
+
+def addresses_by_device() -> dict[str, list[str]]:
+    data = json.loads(ip("-j", "-4", "addr", "show") or "[]")
+    return {
+        link["ifname"]: [a["local"] for a in link.get("addr_info", []) if "local" in a]
+        for link in data
+    }
+
+
+def bridge_state(subnet: Subnet) -> tuple[bool, str]:
+    """(usable, detail): the bridge holds the host address, or it can be made."""
+    by_device = addresses_by_device()
+    for device, addresses in by_device.items():
+        if subnet.host_address in addresses and device != subnet.bridge:
+            return False, f"{subnet.host_address} is already on {device}, not on {subnet.bridge}"
+    if subnet.host_address in by_device.get(subnet.bridge, []):
+        return True, f"{subnet.bridge} holds {subnet.host_address}/{subnet.prefix}"
+    return True, f"{subnet.bridge} not made yet: the first launch makes it"
+
+
+def ensure_bridge_for(subnet: Subnet) -> str:
+    """Make the bridge (idempotent) with the subnet's first address; return that address."""
+    usable, detail = bridge_state(subnet)
+    if not usable:
+        raise NetError(detail, code="AddressInUse")
+    ip("link", "add", subnet.bridge, "type", "bridge", ok_if=("File exists",))
+    ip(
+        "addr",
+        "add",
+        f"{subnet.host_address}/{subnet.prefix}",
+        "dev",
+        subnet.bridge,
+        ok_if=("File exists", "Address already assigned"),
+    )
+    ip("link", "set", subnet.bridge, "up")
+    return subnet.host_address
+
+
+def remove_bridge_for(subnet: Subnet) -> None:
+    ip("link", "del", subnet.bridge, ok_if=("Cannot find device", "does not exist"))
+
+
+# --- one instance: namespace + veth ------------------------------------------------------
+
+
+def netns_name(instance_id: str) -> str:
+    return f"cm-{instance_id}"
+
+
+def veth_name(instance_id: str) -> str:
+    return f"{instance_id}-h"
+
+
+def create_network(instance_id: str, subnet: Subnet, address: str) -> None:
+    """A namespace whose eth0 (address/prefix) hangs on the bridge; undone on failure."""
+    ns, veth = netns_name(instance_id), veth_name(instance_id)
+    try:
+        ip("netns", "add", ns)
+        ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
+        ip("link", "set", veth, "master", subnet.bridge, "up")
+        ip("-n", ns, "addr", "add", f"{address}/{subnet.prefix}", "dev", "eth0")
+        ip("-n", ns, "link", "set", "lo", "up")
+        ip("-n", ns, "link", "set", "eth0", "up")
+        ip("-n", ns, "route", "add", "default", "via", subnet.host_address)
+    except ProviderError:
+        delete_network(instance_id)
+        raise
+
+
+def delete_network(instance_id: str) -> None:
+    """Remove the veth and the namespace; already gone is fine."""
+    gone = ("Cannot find device", "does not exist", "No such file")
+    ip("link", "del", veth_name(instance_id), ok_if=gone)
+    ip("netns", "del", netns_name(instance_id), ok_if=gone)
+
+
+def netns_exists(instance_id: str) -> bool:
+    return (NETNS_DIR / netns_name(instance_id)).exists()
+
+
+# --- processes ---------------------------------------------------------------------------
+
+
+def start_time(pid: int) -> int | None:
+    """The process's start time in clock ticks (field 22 of /proc/PID/stat), None if gone
+    or a zombie (a zombie child of ours is reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except (OSError, IndexError):
+        return None
+    if fields[0] == "Z":
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, os.WNOHANG)
+        return None
+    return int(fields[19])
+
+
+def alive(pid: int, started: int | None) -> bool:
+    """The very process we started is still running (a reused pid does not count)."""
+    now = start_time(pid)
+    return now is not None and now == started
+
+
+def boot_offset() -> int:
+    """Seconds to take off the boot clock so slurmd reports a boot BOOT_AGE_S ago."""
+    with open("/proc/uptime") as handle:
+        uptime = int(float(handle.read().split()[0]))
+    return max(0, uptime - BOOT_AGE_S)
+
+
+def spawn_slurmd(
+    instance_id: str, node: str, conf_server: str, slurmd: str, log_path: Path
+) -> tuple[int, int | None]:
+    """slurmd -D in the instance's namespace and a fresh boot clock, in its own session,
+    detached from the caller (not our child for long: no Popen to reap). (pid, start time)."""
+    argv = [
+        tool("unshare") or "/usr/bin/unshare",
+        "--time",
+        "--boottime",
+        f"-{boot_offset()}",
+        "--fork",
+        "--kill-child",
+        tool("nsenter") or "/usr/bin/nsenter",
+        f"--net={NETNS_DIR / netns_name(instance_id)}",
+        slurmd,
+        "-D",
+        "-N",
+        node,
+        "--conf-server",
+        conf_server,
+    ]
+    env = {"PATH": TOOL_PATH, "CLUSTERMGR_NODE": node, "LANG": "C.UTF-8"}
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, str(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
+    try:
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
+    except OSError as exc:
+        raise NetError(f"cannot start slurmd for {node}: {exc}", code="SpawnFailed") from None
+    return pid, start_time(pid)
+
+
+def namespace_pids(instance_id: str) -> list[int]:
+    """Every process whose network namespace is the instance's (slurmd, slurmstepd, jobs)."""
+    try:
+        target = os.stat(NETNS_DIR / netns_name(instance_id))
+    except OSError:
+        return []
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            info = os.stat(f"/proc/{entry.name}/ns/net")
+        except OSError:
+            continue
+        if (info.st_ino, info.st_dev) == (target.st_ino, target.st_dev):
+            found.append(int(entry.name))
+    return found
+
+
+def _signal(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+
+
+def stop_instances(leaders: dict[str, tuple[int, int | None]]) -> None:
+    """Power off instances: SIGTERM to each session leader and every process in each
+    namespace, SIGKILL after STOP_TIMEOUT_S to whatever is left. `leaders` maps the
+    instance id to (pid, start time) of its unshare process."""
+
+    def remaining() -> list[int]:
+        pids = [pid for pid, started in leaders.values() if alive(pid, started)]
+        for instance_id in leaders:
+            pids += [p for p in namespace_pids(instance_id) if start_time(p) is not None]
+        return sorted(set(pids))
+
+    for sig, wait_s in ((signal.SIGTERM, STOP_TIMEOUT_S), (signal.SIGKILL, 2.0)):
+        pids = remaining()
+        if not pids:
+            return
+        for pid, started in leaders.values():
+            if alive(pid, started):  # its session's group: slurmd before it enters the netns
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, sig)
+        _signal(pids, sig)
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and remaining():
+            time.sleep(0.05)
