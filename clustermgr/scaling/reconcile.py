@@ -179,6 +179,7 @@ def reconcile_cloud(
     with actor.db.session() as session:
         nodes = list(session.scalars(select(Node).where(Node.kind == "cloud")))
         bound = {n.instance_id for n in nodes if n.instance_id}
+        launching: dict[str, list[Node]] = {}
         for node in nodes:
             listing = instances.get(node.provider or "")
             if listing is None:
@@ -204,17 +205,22 @@ def reconcile_cloud(
                 if state is NodeState.STOPPING:
                     finish_stopping.append((node.name, node.instance_id))
             elif state is NodeState.LAUNCHING and node.request_id:
-                match = _waiting_instance(listing, node, bound)
-                if match is not None:
-                    price = actor.price_of(node.template or "", match)
-                    bind_instance(
-                        session, node, match, node.template or "", now, actor.actor, price
-                    )
-                    bound.add(match.instance_id)
-                    adopted.append((node.template or "", node.name))
-                else:
-                    report.relaunch.setdefault(node.request_id, []).append(node.name)
-        inflight = {n.request_id for n in nodes if n.state == NodeState.LAUNCHING.value}
+                launching.setdefault(node.request_id, []).append(node)
+        for request_id, group in sorted(launching.items()):
+            # all or nothing: a request whose instances are not all tagged yet (killed while
+            # binding) is re-issued whole, so its idempotency token sees the same request
+            listing = instances.get(group[0].provider or "", {})
+            matches = [_waiting_instance(listing, node, bound) for node in group]
+            if any(match is None for match in matches):
+                report.relaunch[request_id] = sorted(node.name for node in group)
+                continue
+            for node, match in zip(group, matches, strict=True):
+                assert match is not None
+                price = actor.price_of(node.template or "", match)
+                bind_instance(session, node, match, node.template or "", now, actor.actor, price)
+                bound.add(match.instance_id)
+                adopted.append((node.template or "", node.name))
+        inflight: set[str | None] = set(report.relaunch)
         orphans = _orphans(instances, bound, inflight, now, orphan_grace_s)
     report.adopted = [n for _, n in adopted]
     report.vanished = sorted(vanished)

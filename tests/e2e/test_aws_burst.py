@@ -299,3 +299,34 @@ def test_node_that_never_registers_is_failed_after_the_boot_timeout(slurm_lab: A
     assert lab.job(job, "Restarts") == "1"
     history = json.loads(lab.run("clustermgr", "events", "--json").stdout)
     assert any(h["reason"].startswith("(Code:BOOT_TIMEOUT)") for h in history), history
+
+
+def test_sigkill_mid_launch_leaves_no_duplicate_and_no_orphan(policy_lab: AwsLab) -> None:
+    lab = policy_lab
+    lab.submit("-N", "2")
+    lab.fake.slow(20, attempts=1, actions=["CreateTags"])  # binding hangs after the fleet
+    victim = subprocess.Popen(
+        [str(BIN / "cm-scale"), "--once"],
+        env=lab.env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while lab.fake.calls().get("CreateTags", 0) < 1:
+        assert time.monotonic() < deadline, lab.fake.calls()
+        assert victim.poll() is None, "cm-scale finished before it could be killed"
+        time.sleep(0.1)
+    victim.kill()  # SIGKILL: instances exist, nothing bound in the database
+    victim.wait(10)
+    lab.fake.clear_faults()
+    assert lab.fake.calls().get("CreateFleet") == 1
+    lab.once()
+    assert lab.fake.calls().get("CreateFleet") == 2  # re-issued with the same ClientToken...
+    instances = lab.instances()
+    assert len(instances) == 2  # ...which found the same two instances
+    nodes = {
+        r["name"]: r for r in json.loads(lab.run("clustermgr", "nodes", "list", "--json").stdout)
+    }
+    bound = {str(nodes[n]["instance_id"]) for n in ("aws-1", "aws-2")}
+    assert bound == {str(i["instance_id"]) for i in instances}  # every instance held: no orphan
+    assert {nodes[n]["state"] for n in ("aws-1", "aws-2")} == {"BOOTING"}
