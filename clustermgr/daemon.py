@@ -30,7 +30,7 @@ from clustermgr import sdnotify
 from clustermgr.config import Settings, load_settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import DaemonStatus, Node
-from clustermgr.errors import ClusterMgrError
+from clustermgr.errors import ClusterMgrError, ErrorKind
 from clustermgr.leader import LeaderLock, make_lock
 from clustermgr.lifecycle import ACTIVE_CLOUD_STATES
 from clustermgr.metrics import Metrics, pending_gpus
@@ -67,6 +67,10 @@ class Daemon:
 
     def run(self) -> int:
         ensure_spool(self.state_dir)
+        self.metrics.prime(
+            [(t.name, t.provider) for t in self.settings.templates],
+            [*(k.value for k in ErrorKind), "CYCLE", "VANISHED", "BOOT_TIMEOUT", "HEALTH"],
+        )
         if self.settings.daemon.metrics_port:
             self.metrics_port = self.metrics.serve(
                 self.settings.daemon.metrics_address, self.settings.daemon.metrics_port
@@ -78,8 +82,8 @@ class Daemon:
         self.scheduler.start()
         waker = threading.Thread(target=self._listen_for_pokes, name="wake", daemon=True)
         waker.start()
-        self.heartbeat()
         sdnotify.ready(f"started as {self.role}")
+        self.heartbeat()
         log.info("cm-scale started (pid %d, %s)", os.getpid(), self.status_id)
         while not self.stop_event.is_set():
             self.stop_event.wait(0.5)

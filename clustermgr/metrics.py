@@ -50,6 +50,14 @@ class Metrics:
             "clustermgr_last_cycle_timestamp_seconds", "End of the last cycle", registry=r
         )
 
+    def prime(self, templates: list[tuple[str, str]], kinds: list[str]) -> None:
+        """Create every labelled series at zero, so dashboards see them before any event."""
+        for template, provider in templates:
+            self.launches.labels(template, provider).inc(0)
+            self.terminations.labels(template, provider).inc(0)
+        for kind in kinds:
+            self.errors.labels(kind=kind).inc(0)
+
     def serve(self, address: str, port: int) -> int:
         server, _thread = start_http_server(port, addr=address, registry=self.registry)
         return int(server.server_address[1])

@@ -26,10 +26,18 @@ NETNS_DIR = Path("/var/run/netns")
 TOOL_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
 CMD_TIMEOUT_S = 15.0
 STOP_TIMEOUT_S = 5.0
-# The namespaced slurmd must report a boot later than the resume request (slurmctld keeps a
-# node POWERING_UP until it does); with Slurm resuming first and cm-scale launching later,
-# only "booted just now" is always late enough.
-BOOT_AGE_S = 0
+# slurmctld keeps a resumed node POWERING_UP until it reports a boot later than the resume
+# request (whole seconds). A "boot" emulated at the moment of the launch can fall in the same
+# second as that request, so the instance boots BOOT_DELAY_S after it is launched (as a VM
+# would, only faster), and its boot clock starts then.
+BOOT_DELAY_S = 2
+# Constant script (data travels as arguments): wait out the boot, then start the namespace
+# with a boot clock that reads ~0 s at that moment.
+BOOT_SCRIPT = (
+    'sleep "$0"; up=$(cut -d. -f1 /proc/uptime); '
+    'exec "$1" --time --boottime "-$up" --fork --kill-child "$2" "--net=$3" "$4" -D -N "$5" '
+    '--conf-server "$6"'
+)
 
 
 class NetError(ProviderError):
@@ -206,32 +214,21 @@ def alive(pid: int, started: int | None) -> bool:
     return now is not None and now == started
 
 
-def boot_offset() -> int:
-    """Seconds to take off the boot clock so slurmd reports a boot BOOT_AGE_S ago."""
-    with open("/proc/uptime") as handle:
-        uptime = int(float(handle.read().split()[0]))
-    return max(0, uptime - BOOT_AGE_S)
-
-
 def spawn_slurmd(
     instance_id: str, node: str, conf_server: str, slurmd: str, log_path: Path
 ) -> tuple[int, int | None]:
     """slurmd -D in the instance's namespace and a fresh boot clock, in its own session,
     detached from the caller (not our child for long: no Popen to reap). (pid, start time)."""
     argv = [
+        "/bin/sh",
+        "-c",
+        BOOT_SCRIPT,
+        str(BOOT_DELAY_S),
         tool("unshare") or "/usr/bin/unshare",
-        "--time",
-        "--boottime",
-        f"-{boot_offset()}",
-        "--fork",
-        "--kill-child",
         tool("nsenter") or "/usr/bin/nsenter",
-        f"--net={NETNS_DIR / netns_name(instance_id)}",
+        str(NETNS_DIR / netns_name(instance_id)),
         slurmd,
-        "-D",
-        "-N",
         node,
-        "--conf-server",
         conf_server,
     ]
     env = {"PATH": TOOL_PATH, "CLUSTERMGR_NODE": node, "LANG": "C.UTF-8"}
