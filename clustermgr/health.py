@@ -24,7 +24,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustermgr.workload.base import parse_gpu_gres
+from clustermgr.workload.base import parse_gpu_gres, reason_arg
 
 QUERY = "name,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure"
 MARKER_DIR = Path("/run/clustermgr/health")
@@ -185,5 +185,5 @@ def health_check(node: str, slurm_bin: Path, marker_dir: Path = MARKER_DIR) -> H
         reason, state, action = f"{HEALTH_CODE} boot: {detail}", "POWER_DOWN_FORCE", "power-down"
     else:
         reason, state, action = f"{HEALTH_CODE} {detail}", "DRAIN", "drain"
-    run([scontrol, "update", f"nodename={node}", f"state={state}", f"reason={reason}"])
+    run([scontrol, "update", f"nodename={node}", f"state={state}", reason_arg(reason)])
     return HealthResult(node, True, tuple(problems), boot, action)

@@ -69,6 +69,10 @@ def render_slurm_conf(
         "# Idle nodes of 'policy' templates are stopped by the idle_timeout policy;",
         "# Slurm's own SuspendTime stops idle nodes of 'slurm' templates.",
         "SuspendTime=600",
+        "# GPU health of burst nodes at slurmd start and every 5 minutes (on-prem: no-op).",
+        f"HealthCheckProgram={hook_dir / 'clustermgr-health-check'}",
+        "HealthCheckInterval=300",
+        "HealthCheckNodeState=ANY",
     ]
     if settings.slurm.onprem_partitions:
         lines.append(f"SuspendExcParts={','.join(settings.slurm.onprem_partitions)}")

@@ -30,7 +30,7 @@ STOP_TIMEOUT_S = 5.0
 # request (whole seconds). A "boot" emulated at the moment of the launch can fall in the same
 # second as that request, so the instance boots BOOT_DELAY_S after it is launched (as a VM
 # would, only faster), and its boot clock starts then.
-BOOT_DELAY_S = 2
+BOOT_DELAY_S = 4  # > 1 s of rounding (whole-second clocks) + 1 s of slurmd start + margin
 # Constant script (data travels as arguments): wait out the boot, then start the namespace
 # with a boot clock that reads ~0 s at that moment.
 BOOT_SCRIPT = (

@@ -111,3 +111,10 @@ def parse_gpu_gres(gres: str) -> tuple[str | None, int]:
         total += int(found["count"])
         model = model or found["model"]
     return model, total
+
+
+def reason_arg(reason: str) -> str:
+    """`reason="..."` for scontrol: it re-splits its arguments on spaces, so a reason with
+    spaces must be quoted inside the argument (and may not hold quotes itself)."""
+    text = " ".join(reason.replace('"', "'").split())[:250] or "clustermgr"
+    return f'reason="{text}"'

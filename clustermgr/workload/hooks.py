@@ -24,6 +24,7 @@ from typing import Any
 
 from clustermgr.errors import ConfigError, UsageError, WorkloadError
 from clustermgr.hostlists import HostlistError, compress, expand
+from clustermgr.workload.base import reason_arg
 
 HOOK_KINDS = ("resume", "suspend", "resume-fail")
 SPOOL = "spool"
@@ -137,7 +138,7 @@ def power_down_now(config: HookConfig, nodes: Sequence[str], reason: str) -> Non
         "update",
         f"nodename={compress(nodes)}",
         "state=POWER_DOWN_FORCE",
-        f"reason={reason}",
+        reason_arg(reason),
     ]
     try:
         done = subprocess.run(argv, capture_output=True, text=True, timeout=20, check=False)

@@ -21,6 +21,7 @@ from clustermgr.workload.base import (
     WorkloadNode,
     WorkloadSnapshot,
     parse_gpu_gres,
+    reason_arg,
 )
 from clustermgr.workload.squeue import (
     PENDING_FORMAT,
@@ -132,18 +133,26 @@ class SlurmCli:
 
     def power_down(self, nodes: Sequence[str], reason: str, force: bool = False) -> None:
         state = "POWER_DOWN_FORCE" if force else "POWER_DOWN"
-        self.update_nodes(nodes, state=state, reason=_clean_reason(reason))
+        self._update_with_reason(nodes, state, reason)
 
     def drain(self, nodes: Sequence[str], reason: str) -> None:
-        self.update_nodes(nodes, state="DRAIN", reason=_clean_reason(reason))
+        self._update_with_reason(nodes, "DRAIN", reason)
+
+    def _update_with_reason(self, nodes: Sequence[str], state: str, reason: str) -> None:
+        if not nodes:
+            return
+        from clustermgr.hostlists import compress
+
+        self.run(
+            "scontrol",
+            "update",
+            f"nodename={compress(nodes)}",
+            f"state={state}",
+            reason_arg(reason),
+        )
 
     def resume(self, nodes: Sequence[str]) -> None:
         self.update_nodes(nodes, state="RESUME")
-
-
-def _clean_reason(reason: str) -> str:
-    """Slurm reasons are one argv word here; keep them one printable line."""
-    return " ".join(reason.split())[:250] or "clustermgr"
 
 
 def _first_line(text: str) -> str:

@@ -330,3 +330,30 @@ def test_sigkill_mid_launch_leaves_no_duplicate_and_no_orphan(policy_lab: AwsLab
     bound = {str(nodes[n]["instance_id"]) for n in ("aws-1", "aws-2")}
     assert bound == {str(i["instance_id"]) for i in instances}  # every instance held: no orphan
     assert {nodes[n]["state"] for n in ("aws-1", "aws-2")} == {"BOOTING"}
+
+
+def test_no_requeue_job_on_a_failed_burst_ends(slurm_lab: AwsLab) -> None:
+    lab = slurm_lab
+    lab.fake.fail_next_launches("VcpuLimitExceeded", attempts=50)
+    job = lab.submit("--no-requeue")
+    deadline = time.monotonic() + 30
+    while not list((lab.workdir / "state" / "spool").glob("*.json")):
+        assert time.monotonic() < deadline, "Slurm never called the resume hook"
+        time.sleep(0.5)
+    assert "failed 1" in lab.once()
+    deadline = time.monotonic() + 30
+    while lab.job(job, "JobState") in ("CONFIGURING", "PENDING", "RUNNING"):
+        assert time.monotonic() < deadline, lab.job(job, "JobState")
+        time.sleep(0.5)
+    assert lab.job(job, "JobState") in ("NODE_FAIL", "FAILED", "CANCELLED")
+    assert lab.job(job, "Restarts") == "0"
+
+
+def test_slurm_unreachable_acts_on_nothing_and_says_so(policy_lab: AwsLab) -> None:
+    lab = policy_lab
+    lab.submit()
+    lab.slurm.stop()
+    done = lab.run("cm-scale", "--once", "--skip-slurm-check")
+    assert done.returncode == 1
+    assert done.stdout.strip().startswith("cycle failed: Slurm could not be read, nothing done:")
+    assert lab.instances() == [] and lab.fake.calls().get("CreateFleet") is None

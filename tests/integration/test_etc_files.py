@@ -1,0 +1,41 @@
+"""The shipped systemd unit and Slurm snippets are valid as installed."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from clustermgr.config import load_settings
+from clustermgr.slurmconf import render_slurm_conf
+from tests.conftest import EXAMPLE_CONFIG, REPO
+
+
+def test_systemd_unit_verifies(tmp_path: Path) -> None:
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        pytest.skip("systemd-analyze is not installed")
+    unit = (REPO / "etc" / "systemd" / "cm-scale.service").read_text()
+    assert "Type=notify" in unit and "WatchdogSec=" in unit and "ProtectSystem=strict" in unit
+    # verify checks that ExecStart exists: point it at this installation's cm-scale
+    local = unit.replace("/usr/local/bin/cm-scale", str(Path(sys.executable).with_name("cm-scale")))
+    path = tmp_path / "cm-scale.service"
+    path.write_text(local)
+    done = subprocess.run(
+        [analyze, "verify", str(path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    problems = [
+        line
+        for line in (done.stdout + done.stderr).splitlines()
+        if "cm-scale.service" in line and "Documentation" not in line
+    ]
+    assert done.returncode == 0 and not problems, done.stdout + done.stderr
+
+
+def test_slurm_example_is_what_slurm_conf_prints() -> None:
+    shipped = (REPO / "etc" / "slurm" / "clustermgr-cloud.conf").read_text()
+    generated = "\n".join(render_slurm_conf(load_settings(EXAMPLE_CONFIG)))
+    assert generated.strip() in shipped
