@@ -24,7 +24,11 @@ def conf_server(settings: Settings) -> str:
     return settings.slurm.conf_server or settings.cluster.head_address
 
 
-def render_user_data(settings: Settings, template: TemplateSettings) -> str:
+def render_user_data(
+    settings: Settings, template: TemplateSettings, controller_version: str = ""
+) -> str:
+    """The template's user-data; `controller_version` (slurmctld's) lets the node refuse
+    to join with a newer slurmd than the controller's."""
     text = importlib.resources.files("clustermgr.images").joinpath("bootstrap.sh.tmpl").read_text()
     provider = settings.provider(template.provider)
     return _Template(text).substitute(
@@ -34,4 +38,5 @@ def render_user_data(settings: Settings, template: TemplateSettings) -> str:
         node_tag=TAG_NODE,
         munge_key=settings.slurm.munge_key_path,
         slurmd=str(settings.slurm.sbin_dir / "slurmd"),
+        controller_version=controller_version,
     )

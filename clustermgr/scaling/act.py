@@ -54,6 +54,7 @@ class Actor:
         self.providers = providers
         self.clock = clock
         self.actor = actor
+        self._controller_version: str | None = None
 
     # --- launching ------------------------------------------------------------------------
 
@@ -111,13 +112,22 @@ class Actor:
             security_groups=tuple(template.security_groups),
             market="spot" if order.market == "spot" else "on-demand",
             max_spot_price=template.max_spot_price,
-            user_data=render_user_data(self.settings, template),
+            user_data=render_user_data(self.settings, template, self.controller_version()),
             tags={},
             instance_profile=template.instance_profile,
             placement_group=template.placement_group,
             key_name=template.key_name,
             network=template.network,
         )
+
+    def controller_version(self) -> str:
+        """slurmctld's version (asked once per actor), so nodes can check their slurmd."""
+        if self._controller_version is None:
+            try:
+                self._controller_version = self.slurm.config_values().get("SLURM_VERSION", "")
+            except WorkloadError:
+                self._controller_version = ""
+        return self._controller_version
 
     def _fail_all(self, outcome: LaunchOutcome, error: LaunchError) -> LaunchOutcome:
         outcome.errors = [error]
