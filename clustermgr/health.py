@@ -147,8 +147,28 @@ def remember_checked(facts: SlurmNodeFacts, marker_dir: Path = MARKER_DIR) -> No
     (marker_dir / facts.name).write_text(facts.slurmd_start)
 
 
-def node_name(explicit: str | None) -> str:
-    return explicit or os.environ.get("SLURMD_NODENAME") or socket.gethostname().split(".")[0]
+def node_name(explicit: str | None, slurm_bin: Path = Path("/usr/bin")) -> str:
+    """--node, else $SLURMD_NODENAME, else the Slurm node whose NodeAddr is one of this
+    host's addresses (cloud host names rarely match), else the short host name."""
+    if explicit:
+        return explicit
+    if os.environ.get("SLURMD_NODENAME"):
+        return os.environ["SLURMD_NODENAME"]
+    return node_by_address(str(slurm_bin / "scontrol")) or socket.gethostname().split(".")[0]
+
+
+def node_by_address(scontrol: str) -> str | None:
+    try:
+        mine = set(run(["hostname", "-I"], timeout=10).split())
+        text = run([scontrol, "show", "node", "-o"])
+    except (RuntimeError, OSError, subprocess.TimeoutExpired):
+        return None
+    for line in text.splitlines():
+        fields = dict(re.findall(r"(\w+)=(\S*)", line))
+        address = fields.get("NodeAddr", "")
+        if address in mine and not address.startswith("127."):
+            return fields.get("NodeName")
+    return None
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ def health_check(app: AppContext, node: str | None, slurm_bin: str) -> None:
     from clustermgr.health import health_check as check
     from clustermgr.health import node_name
 
-    result = check(node_name(node), Path(slurm_bin))
+    result = check(node_name(node, Path(slurm_bin)), Path(slurm_bin))
     if not result.checked:
         return  # not a burst node: nothing to check
     if result.problems:

@@ -162,11 +162,14 @@ class Engine:
             report.error = "no longer the leader; nothing done"
             return
         else:
+            # Slurm's own view first: a node the health check powered down is failed with
+            # its (Code:HEALTH) reason before the SuspendProgram request that followed it
+            registered = observe_slurm(actor, snapshot.nodes)
+            unhealthy = replace_unhealthy(actor, snapshot.nodes)
             implied = implied_resumes(self.db, snapshot.nodes)
             reconciled = apply_hook_requests(actor, [*requests, *implied])
             consume(requests)
-            reconciled.registered = observe_slurm(actor, snapshot.nodes)
-            reconciled.unhealthy = replace_unhealthy(actor, snapshot.nodes)
+            reconciled.registered, reconciled.unhealthy = registered, unhealthy
             reconcile_cloud(actor, instances, self.settings.daemon.orphan_grace_s, reconciled)
         report.reconcile = reconciled
         if not decide:
