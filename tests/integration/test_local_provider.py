@@ -98,6 +98,7 @@ def test_conf_server_is_read_from_the_engines_bootstrap_script() -> None:
         "node_tag": TAG_NODE,
         "munge_key": "/etc/munge/munge.key",
         "slurmd": "/usr/sbin/slurmd",
+        "controller_version": "22.05.8",
     }
     rendered = Template(text).substitute(values, conf_server="10.213.7.1:40123")
     spec = LaunchSpec("t", ("local.cpu",), "local", ("n-001",), user_data=rendered)
