@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, runtime_checkable
 
 from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.reasons import Reason
 
 if TYPE_CHECKING:
     from clustermgr.config import ProviderSettings
@@ -92,7 +93,7 @@ class LaunchError:
 
     def reason(self) -> str:
         """The Slurm node reason: `(Code:KIND) detail`."""
-        return f"(Code:{self.kind.value}) {self.code}: {self.message}"[:200]
+        return str(Reason(self.kind.value, f"{self.code}: {self.message}"))
 
 
 @dataclass

@@ -110,6 +110,7 @@ class Fault:
     remaining: int
     in_operation: bool = False  # accept the PUT, then fail its async operation (VM left Failed)
     retry_after: str | None = None
+    extra: JSON | None = None  # more of the ARM error object: details, additionalInfo
 
     def matches(self, method: str, path: str) -> bool:
         return self.remaining > 0 and method == self.method and self.path_contains in path
@@ -147,9 +148,20 @@ class FakeState:
 
 
 class ArmError(Exception):
-    def __init__(self, status: int, code: str, message: str, retry_after: str | None = None):
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        retry_after: str | None = None,
+        extra: JSON | None = None,
+    ):
         super().__init__(message)
         self.status, self.code, self.message, self.retry_after = status, code, message, retry_after
+        self.extra = extra or {}  # more of the ARM error object: details, additionalInfo
+
+    def body(self) -> JSON:
+        return {"error": {"code": self.code, "message": self.message, **self.extra}}
 
 
 class FakeAzure:
@@ -266,9 +278,11 @@ class FakeAzure:
         message: str = "",
         in_operation: bool = False,
         retry_after: str | None = None,
+        extra: JSON | None = None,
     ) -> None:
         """Fail the next `attempts` requests of `method` whose lower-cased path contains
-        `path_contains` (e.g. "/virtualmachines/") with an ARM error."""
+        `path_contains` (e.g. "/virtualmachines/") with an ARM error (`extra`: more fields of
+        its error object)."""
         fault = Fault(
             method.upper(),
             path_contains.lower(),
@@ -278,6 +292,7 @@ class FakeAzure:
             attempts,
             in_operation,
             retry_after,
+            extra,
         )
         with self.lock:
             self.state.faults.append(fault)
@@ -289,7 +304,9 @@ class FakeAzure:
 
         AllocationFailed / ZonalAllocationFailed / OverconstrainedAllocationRequest: accepted,
         then the async operation fails (the VM is left in provisioningState Failed);
-        SkuNotAvailable, QuotaExceeded, OperationNotAllowed, Conflict: 409 on the PUT;
+        SkuNotAvailable, QuotaExceeded, OperationNotAllowed, Conflict: 409 on the PUT
+        (QuotaExceeded and OperationNotAllowed as the quota refusal: additionalInfo of type
+        QuotaDetails, as ARM sends with "exceeding approved ... quota");
         TooManyRequests / SubscriptionRequestsThrottled: 429 with Retry-After.
         """
         in_operation = code in ("AllocationFailed", "ZonalAllocationFailed") or code.startswith(
@@ -306,6 +323,7 @@ class FakeAzure:
             message=_MESSAGES.get(code, ""),
             in_operation=in_operation,
             retry_after=retry_after if throttled else None,
+            extra=_QUOTA_DETAILS if code in ("QuotaExceeded", "OperationNotAllowed") else None,
         )
 
     def limit_capacity(self, instances: int | None) -> None:
@@ -383,7 +401,7 @@ class FakeAzure:
                 return self._route(method, path, query, body)
         except ArmError as err:
             extra = {"Retry-After": err.retry_after} if err.retry_after else {}
-            return Reply(err.status, {"error": {"code": err.code, "message": err.message}}, extra)
+            return Reply(err.status, err.body(), extra)
 
     def _delay_for(self, path: str) -> float:
         for slow in self.state.slowness:
@@ -453,7 +471,9 @@ class FakeAzure:
                 if fault.in_operation:
                     self._pending_failure = fault
                     return
-                raise ArmError(fault.status, fault.code, fault.message, fault.retry_after)
+                raise ArmError(
+                    fault.status, fault.code, fault.message, fault.retry_after, fault.extra
+                )
         self._pending_failure = None
 
     # ARM routing ---------------------------------------------------------------
@@ -573,7 +593,7 @@ class FakeAzure:
         failure = self._pending_failure
         error: JSON | None = None
         if failure is not None:
-            error = {"code": failure.code, "message": failure.message}
+            error = {"code": failure.code, "message": failure.message, **(failure.extra or {})}
         elif self.state.capacity is not None and self.state.capacity <= 0:
             error = {"code": "AllocationFailed", "message": _MESSAGES["AllocationFailed"]}
         elif self.state.capacity is not None:
@@ -829,6 +849,23 @@ _MESSAGES = {
     "Total Regional Cores quota.",
     "QuotaExceeded": "Operation could not be completed as it results in exceeding approved quota.",
     "TooManyRequests": "The request is being throttled.",
+}
+
+
+# What ARM adds to a regional-cores quota refusal (OperationNotAllowed / QuotaExceeded).
+_QUOTA_DETAILS: JSON = {
+    "additionalInfo": [
+        {
+            "type": "QuotaDetails",
+            "info": {
+                "location": LOCATION,
+                "quotaResourceName": "cores",
+                "currentLimit": 10,
+                "currentUsage": 8,
+                "additionalRequired": 4,
+            },
+        }
+    ]
 }
 
 

@@ -4,7 +4,7 @@ cloud nodes are n-[001-003].
 
 The local provider's "credentials" are the right to use its state dir (and root): the bad
 provider points at a state dir owned by another user (nobody), which it must refuse (AUTH).
-Faults are injected through faults.json in the state dir (see local_state.py).
+Faults are injected through faults.json in the state dir (see providers/local/state.py).
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import pytest
 
 from clustermgr.config import ProviderSettings
 from clustermgr.errors import ErrorKind, ProviderError
-from clustermgr.providers import local_state
 from clustermgr.providers.base import LaunchSpec, Provider
 from clustermgr.providers.local import LocalProvider, ensure_bridge, remove_bridge
-from clustermgr.providers.local_net import Subnet
+from clustermgr.providers.local import state as local_state
+from clustermgr.providers.local.net import Subnet
 from clustermgr.providers.registry import make_provider
-from clustermgr.testing.slurmlab import NodeGroup, Partition, SlurmLab
+from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
 
 CLUSTER = "contract"
 SUBNET = "10.213.201.0/24"

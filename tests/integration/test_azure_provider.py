@@ -18,7 +18,7 @@ import pytest
 
 from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.azure import AzureProvider
-from clustermgr.providers.azure_shapes import names_for
+from clustermgr.providers.azure.shapes import names_for
 from clustermgr.providers.base import TAG_NODE, InstanceState
 from tests.fakes.azure_harness import CLUSTER, AzureHarness, ca_bundle_env, contract_harness
 
@@ -137,6 +137,18 @@ def test_quota_does_not_try_other_types_and_leaves_nothing(harness: AzureHarness
     result = provider_of(harness).launch(harness.spec(["n-001"]), 1, "req-quota")
     assert [(e.kind, e.code) for e in result.errors] == [(ErrorKind.QUOTA, "QuotaExceeded")]
     assert harness.fake.vm_names() == [] and harness.fake.nic_names() == []
+
+
+def test_operation_not_allowed_is_quota_only_with_quota_details(harness: AzureHarness) -> None:
+    harness.fake.fail_next_vm_puts("OperationNotAllowed", attempts=5)  # with QuotaDetails
+    result = provider_of(harness).launch(harness.spec(["n-001"]), 1, "req-quota-ona")
+    assert [(e.kind, e.code) for e in result.errors] == [(ErrorKind.QUOTA, "OperationNotAllowed")]
+    harness.fake.clear_faults()
+    vms = "/providers/microsoft.compute/virtualmachines/"
+    harness.fake.fail_next("PUT", vms, 409, "OperationNotAllowed", 1, "VM x is being deleted.")
+    result = provider_of(harness).launch(harness.spec(["n-002"]), 1, "req-refused")
+    assert [(e.kind, e.code) for e in result.errors] == [(ErrorKind.OTHER, "OperationNotAllowed")]
+    assert harness.fake.vm_names() == []
 
 
 def test_conflict_409_is_a_typed_error_not_an_exception(harness: AzureHarness) -> None:

@@ -18,12 +18,12 @@ from typing import Any
 import pytest
 
 from clustermgr.errors import ErrorKind, ProviderError
-from clustermgr.providers import local_state
 from clustermgr.providers.base import TAG_NODE, InstanceState, LaunchSpec
 from clustermgr.providers.local import LocalProvider, conf_server_from
-from clustermgr.providers.local_net import NETNS_DIR, namespace_pids, netns_name
-from clustermgr.testing.slurmlab import SlurmLab
+from clustermgr.providers.local import state as local_state
+from clustermgr.providers.local.net import NETNS_DIR, namespace_pids, netns_name
 from tests.fakes.local_harness import lab_on_bridge, settings_for, skip_unless_possible
+from tests.labs.slurmlab import SlurmLab
 
 pytestmark = pytest.mark.integration
 

@@ -14,8 +14,8 @@ from botocore.exceptions import (
 )
 
 from clustermgr.errors import ErrorKind
-from clustermgr.providers.aws_errors import ERROR_KINDS, classify, kind_of
-from clustermgr.providers.aws_shapes import (
+from clustermgr.providers.aws.errors import ERROR_KINDS, classify, kind_of
+from clustermgr.providers.aws.shapes import (
     client_token,
     content_digest,
     fleet_errors,

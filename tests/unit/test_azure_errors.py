@@ -15,10 +15,11 @@ from azure.core.exceptions import (
     ResourceNotFoundError,
     ServiceRequestError,
 )
+from azure.mgmt.core.exceptions import ARMErrorFormat
 
 from clustermgr.errors import ErrorKind
-from clustermgr.providers.azure_errors import ERROR_KINDS, classify, is_not_found
-from clustermgr.providers.azure_shapes import (
+from clustermgr.providers.azure.errors import ERROR_KINDS, classify, is_not_found
+from clustermgr.providers.azure.shapes import (
     Names,
     VmRequest,
     image_reference,
@@ -46,9 +47,17 @@ class FakeResponse:
         return self._text
 
 
-def arm_error(status: int, code: str, message: str = "whatever") -> HttpResponseError:
-    body = {"error": {"code": code, "message": message}}
+def arm_error(status: int, code: str, message: str = "whatever", **more: Any) -> HttpResponseError:
+    body = {"error": {"code": code, "message": message, **more}}
     return HttpResponseError(response=FakeResponse(status, body))
+
+
+QUOTA_MESSAGE = (
+    "Operation could not be completed as it results in exceeding approved Total Regional "
+    "Cores quota. Additional details - Deployment Model: Resource Manager, Location: eastus, "
+    "Current Limit: 10, Current Usage: 8, Additional Required: 4."
+)
+QUOTA_INFO = [{"type": "QuotaDetails", "info": {"currentLimit": 10, "currentUsage": 8}}]
 
 
 @pytest.mark.parametrize(
@@ -59,7 +68,6 @@ def arm_error(status: int, code: str, message: str = "whatever") -> HttpResponse
         (409, "SkuNotAvailable", ErrorKind.CAPACITY),
         (409, "OverconstrainedAllocationRequest", ErrorKind.CAPACITY),
         (409, "QuotaExceeded", ErrorKind.QUOTA),
-        (409, "OperationNotAllowed", ErrorKind.QUOTA),
         (429, "TooManyRequests", ErrorKind.THROTTLED),
         (429, "SubscriptionRequestsThrottled", ErrorKind.THROTTLED),
         (401, "InvalidAuthenticationToken", ErrorKind.AUTH),
@@ -79,6 +87,39 @@ def test_message_text_never_decides_the_kind() -> None:
     misleading = arm_error(409, "AllocationFailed", "quota exceeded; throttled; unauthorized")
     assert classify(misleading).kind is ErrorKind.CAPACITY
     assert classify(arm_error(409, "SomethingNew", "AllocationFailed")).kind is ErrorKind.OTHER
+
+
+def test_operation_not_allowed_is_quota_when_additional_info_says_quota() -> None:
+    # as the generated SDK raises it (ARMErrorFormat parses additionalInfo) ...
+    response = FakeResponse(409, {"error": {"code": "OperationNotAllowed", "message": "x"}})
+    response._text = json.dumps(
+        {"error": {"code": "OperationNotAllowed", "message": "x", "additionalInfo": QUOTA_INFO}}
+    )
+    direct = HttpResponseError(response=response, error_format=ARMErrorFormat)
+    assert [i.type for i in direct.error.additional_info] == ["QuotaDetails"]
+    # ... and as a failed long-running operation raises it (plain ODataV4Format)
+    polled = arm_error(200, "OperationNotAllowed", "x", additionalInfo=QUOTA_INFO)
+    for exc in (direct, polled):
+        failure = classify(exc)
+        assert (failure.kind, failure.code) == (ErrorKind.QUOTA, "OperationNotAllowed")
+
+
+def test_operation_not_allowed_is_quota_when_a_detail_code_is_a_quota_code() -> None:
+    nested = [{"code": "Conflict", "message": "m", "details": [{"code": "QuotaExceeded"}]}]
+    exc = arm_error(409, "OperationNotAllowed", "x", details=nested)
+    assert classify(exc).kind is ErrorKind.QUOTA
+
+
+def test_operation_not_allowed_without_quota_details_is_other() -> None:
+    deleting = arm_error(409, "OperationNotAllowed", "VM n-001 is being deleted.")
+    assert classify(deleting).kind is ErrorKind.OTHER
+    # the text reads like a quota refusal, but only the structured details decide
+    worded = arm_error(409, "OperationNotAllowed", QUOTA_MESSAGE, details=[{"code": "Conflict"}])
+    assert classify(worded).kind is ErrorKind.OTHER
+    other_info = [{"type": "PolicyViolation", "info": {"policyDefinitionName": "p"}}]
+    assert classify(arm_error(409, "OperationNotAllowed", additionalInfo=other_info)).kind is (
+        ErrorKind.OTHER
+    )
 
 
 @pytest.mark.parametrize(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import json
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -14,15 +16,15 @@ from openstack import exceptions as sdk
 from clustermgr.config import ProviderSettings
 from clustermgr.errors import ErrorKind
 from clustermgr.providers.base import TAG_NODE, InstanceState, LaunchError
-from clustermgr.providers.openstack import OpenStackProvider, Timing, timing_for
-from clustermgr.providers.openstack_errors import (
+from clustermgr.providers.openstack import OpenStackProvider
+from clustermgr.providers.openstack.client import Timing, timing_for
+from clustermgr.providers.openstack.errors import (
     ERROR_KINDS,
     classify,
     fault_failure,
     is_not_found,
 )
-from clustermgr.providers.openstack_launch import merge
-from clustermgr.providers.openstack_shapes import (
+from clustermgr.providers.openstack.shapes import (
     gpus_of,
     instance_of,
     instance_state,
@@ -30,6 +32,7 @@ from clustermgr.providers.openstack_shapes import (
     private_address,
     server_name,
 )
+from clustermgr.providers.skeleton import merge_errors
 
 NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
 
@@ -159,7 +162,7 @@ def test_merge_adds_counts_per_kind_code_type_zone() -> None:
     a = LaunchError(ErrorKind.CAPACITY, "ServerFault500", "first", "g1", None, 1)
     b = LaunchError(ErrorKind.CAPACITY, "ServerFault500", "second", "g1", None, 1)
     c = LaunchError(ErrorKind.CAPACITY, "ServerFault500", "other", "g2", None, 1)
-    merged = merge([a, b, c])
+    merged = merge_errors([a, b, c])
     assert [(e.instance_type, e.count, e.message) for e in merged] == [
         ("g1", 2, "first"),
         ("g2", 1, "other"),
@@ -241,3 +244,18 @@ def test_instance_of_server_old_and_new_microversions() -> None:
     assert inst.launch_time is not None and inst.launch_time.tzinfo is not None
     old = SimpleNamespace(**{**vars(server), "flavor": SimpleNamespace(id="10", name="10")})
     assert instance_of(old, {"10": "g1.a100x8"}).instance_type == "g1.a100x8"
+
+
+def test_every_find_call_says_ignore_missing() -> None:
+    """openstacksdk 6 changes the ignore_missing default of find_*: never rely on it."""
+    package = Path(__file__).resolve().parents[2] / "clustermgr" / "providers" / "openstack"
+    calls = [
+        (path.name, node.lineno, {k.arg for k in node.keywords})
+        for path in sorted(package.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and isinstance(node.func, ast.Attribute)
+        and node.func.attr.startswith("find_")
+    ]
+    assert len(calls) >= 3  # image, network, key pair
+    assert [(name, line) for name, line, kwargs in calls if "ignore_missing" not in kwargs] == []

@@ -19,10 +19,20 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
+import openstack.exceptions
+import requests
+from keystoneauth1 import exceptions as ksa_exceptions
+
 from clustermgr.errors import ErrorKind
+from clustermgr.providers.skeleton import Failure, Sdk, first_line
+
+SDK_ERRORS: tuple[type[BaseException], ...] = (
+    openstack.exceptions.SDKException,
+    ksa_exceptions.ClientException,
+    requests.RequestException,
+)
 
 ErrorKey = int | str | tuple[str, int]
 
@@ -71,15 +81,6 @@ ERROR_KINDS: dict[ErrorKey, ErrorKind] = {
 NOT_FOUND_CODES = frozenset({"HTTP404", "NotFoundException"})
 
 
-@dataclass(frozen=True)
-class OpenStackFailure:
-    kind: ErrorKind
-    code: str
-    message: str
-    status: int | None = None
-    retry_after: float | None = None
-
-
 def http_status(exc: BaseException) -> int | None:
     """The HTTP status of an openstacksdk (`status_code`) or keystoneauth (`http_status`) error."""
     for attr in ("status_code", "http_status"):
@@ -89,7 +90,7 @@ def http_status(exc: BaseException) -> int | None:
     return None
 
 
-def classify(exc: BaseException, operation: str = "") -> OpenStackFailure:
+def classify(exc: BaseException, operation: str = "") -> Failure:
     """What kind of failure `exc` is, for the call `operation` ("create", "delete", ...)."""
     status = http_status(exc)
     kind: ErrorKind | None = None
@@ -99,12 +100,10 @@ def classify(exc: BaseException, operation: str = "") -> OpenStackFailure:
     if kind is None:
         kind = next((ERROR_KINDS[n] for n in names if n in ERROR_KINDS), None)
     code = f"HTTP{status}" if status is not None else names[0]
-    return OpenStackFailure(
-        kind or ErrorKind.OTHER, code, short_message(exc), status, _retry_after(exc)
-    )
+    return Failure(kind or ErrorKind.OTHER, code, short_message(exc), status, _retry_after(exc))
 
 
-def fault_failure(fault: Mapping[str, Any] | None) -> OpenStackFailure:
+def fault_failure(fault: Mapping[str, Any] | None) -> Failure:
     """The failure of a server that went to status ERROR, from its `fault` object."""
     fault = fault or {}
     code = fault.get("code")
@@ -112,7 +111,7 @@ def fault_failure(fault: Mapping[str, Any] | None) -> OpenStackFailure:
     kind = ERROR_KINDS.get(("fault", number)) if number is not None else None
     message = str(fault.get("message") or "server went to ERROR without a fault")
     label = f"ServerFault{number}" if number is not None else "ServerError"
-    return OpenStackFailure(kind or ErrorKind.OTHER, label, _bounded(message), number)
+    return Failure(kind or ErrorKind.OTHER, label, first_line(message), number)
 
 
 def is_not_found(exc: BaseException) -> bool:
@@ -125,12 +124,7 @@ def short_message(exc: BaseException, limit: int = 240) -> str:
     Neither carries credentials: keystoneauth never puts a request body in an error."""
     details = getattr(exc, "details", None)
     text = str(details) if details else str(getattr(exc, "message", "") or exc)
-    return _bounded(text, limit) or type(exc).__name__
-
-
-def _bounded(text: str, limit: int = 240) -> str:
-    lines = text.strip().splitlines()
-    return lines[0][:limit] if lines else ""
+    return first_line(text, limit) or type(exc).__name__
 
 
 def _retry_after(exc: BaseException) -> float | None:
@@ -144,3 +138,6 @@ def _retry_after(exc: BaseException) -> float | None:
         return max(0.0, float(value)) if value is not None else None
     except (TypeError, ValueError):
         return None
+
+
+SDK = Sdk(SDK_ERRORS, classify)

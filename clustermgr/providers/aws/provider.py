@@ -1,7 +1,7 @@
 """AWS provider: EC2 instant fleets from one launch template per clustermgr template.
 
-Only this module and aws_clients / aws_errors import boto3 or botocore. Every instance
-carries our tags; list and terminate only ever touch instances tagged with this cluster's name.
+Only client.py and errors.py import boto3 or botocore. Every instance carries our tags; list
+and terminate only ever touch instances tagged with this cluster's name.
 
 Launch: validate the spec (DescribeInstanceTypes, DescribeImages; cached), make sure the
 launch template holds the current content (a new version only when it changed), then one
@@ -24,22 +24,20 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
-
-from botocore.exceptions import BotoCoreError, ClientError
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from clustermgr.config import ProviderSettings
 from clustermgr.errors import ErrorKind, ProviderError
-from clustermgr.providers.aws_clients import MAX_WORKERS, AwsClients
-from clustermgr.providers.aws_errors import (
+from clustermgr.providers.aws.client import MAX_WORKERS, AwsClients
+from clustermgr.providers.aws.errors import (
     NO_FLEET_API_CODES,
     NOT_FOUND_CODES,
-    AwsFailure,
+    SDK,
+    SDK_ERRORS,
     classify,
 )
-from clustermgr.providers.aws_shapes import (
+from clustermgr.providers.aws.shapes import (
     LIVE_STATES,
     Launched,
     client_token,
@@ -63,15 +61,14 @@ from clustermgr.providers.base import (
     TAG_NODE,
     TAG_REQUEST,
     TAG_TEMPLATE,
-    CheckResult,
     CloudInstance,
     InstanceType,
     LaunchError,
     LaunchResult,
     LaunchSpec,
-    invalid,
     ours,
 )
+from clustermgr.providers.skeleton import Check, CloudProvider, Failure, parallel
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -80,38 +77,34 @@ log = logging.getLogger(__name__)
 
 PAGE_SIZE = 1000  # DescribeInstances MaxResults
 FILTER_VALUES = 200  # EC2's limit on values in one filter
-CATALOG_TTL_S = 3600.0
 VALIDATION_TTL_S = 600.0
 TAG_RETRY_DELAYS_S = (0.5, 1.0, 2.0)  # a new instance id may not be visible to CreateTags yet
-T = TypeVar("T")
-Bad = Callable[[str, str, str], ProviderError]
+Bad = Callable[[str, str, str], ProviderError]  # (field, value, why) -> INVALID error
 
 
 @dataclass(frozen=True)
-class Plan:
+class FleetPlan:
     """What every batch of one launch shares."""
 
     spec: LaunchSpec
     request_id: str
+    count: int
     template: str  # launch template name
     version: int
     tags: dict[str, str]
 
 
-class AwsProvider:
+class AwsProvider(CloudProvider[FleetPlan]):
     kind: ClassVar[str] = "aws"
+    sdk = SDK
 
     def __init__(self, settings: ProviderSettings, cluster: str) -> None:
-        self.settings = settings
-        self.name = settings.name
-        self.cluster = cluster
-        self.region = settings.region
+        super().__init__(settings, cluster)
         self.clients = AwsClients(settings)
         self._lock = threading.Lock()
         self._fleet_api = True
         self._templates: dict[str, tuple[str, int]] = {}  # name -> (content digest, version)
         self._validated: dict[tuple[str, ...], float] = {}  # what -> valid until (monotonic)
-        self._catalog: tuple[float, list[InstanceType]] | None = None
 
     # ------------------------------------------------------------------ clients
 
@@ -121,23 +114,9 @@ class AwsProvider:
     def credential_source(self) -> str:
         return self.clients.credential_source()
 
-    def _error(self, exc: BaseException, what: str) -> ProviderError:
-        return self.clients.error(exc, what)
-
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
-        return self.clients.call(what, fn)
-
-    def _failure(self, exc: BaseException) -> AwsFailure:
-        return self.clients.failure(exc)
-
     # ------------------------------------------------------------------ catalog
 
-    def catalog(self) -> Sequence[InstanceType]:
-        with self._lock:
-            cached = self._catalog
-        if cached is not None and time.monotonic() - cached[0] < CATALOG_TTL_S:
-            return cached[1]
-
+    def read_catalog(self) -> list[InstanceType]:
         def read() -> list[InstanceType]:
             pages = (
                 self.ec2()
@@ -146,10 +125,7 @@ class AwsProvider:
             )
             return [to_instance_type(t) for page in pages for t in page["InstanceTypes"]]
 
-        types = sorted(self._call("listing instance types", read), key=lambda t: t.name)
-        with self._lock:
-            self._catalog = (time.monotonic(), types)
-        return types
+        return sorted(self.call("listing instance types", read), key=lambda t: t.name)
 
     # ------------------------------------------------------------------ list
 
@@ -173,42 +149,24 @@ class AwsProvider:
             found = (to_instance(item) for item in self._describe(self._ours(live)))
             return {inst.instance_id: inst for inst in found}
 
-        return self._call(f"listing instances of cluster {self.cluster}", read)
+        return self.call(f"listing instances of cluster {self.cluster}", read)
 
     # ------------------------------------------------------------------ launch
 
-    def launch(self, spec: LaunchSpec, count: int, request_id: str) -> LaunchResult:
-        result = LaunchResult(request_id=request_id, requested=count)
+    def prepare(self, spec: LaunchSpec, count: int, request_id: str) -> FleetPlan | None:
         if count <= 0:
-            return result
-        try:
-            self._validate(spec, count)
-            template, version = self._ensure_template(spec)
-        except ProviderError as exc:
-            if exc.kind in (ErrorKind.INVALID, ErrorKind.AUTH):
-                raise
-            result.errors.append(LaunchError(exc.kind, exc.code, str(exc), count=count))
-            return result
+            return None
+        self._validate(spec, count)
+        template, version = self._ensure_template(spec)
         tags = ours(self.cluster, spec.template, request_id, spec.tags)
-        plan = Plan(spec, request_id, template, version, tags)
-        log.info(
-            "launching %d instance(s) of template %s (request %s)", count, spec.template, request_id
-        )
-        launched = self._launch_batches(plan, count, result.errors)
-        result.instances = self._bind(plan, launched, count, result.errors)
-        result.errors = _merge(result.errors)
-        if result.missing:
-            log.warning(
-                "request %s: %d of %d instance(s) started (%s)",
-                request_id,
-                len(result.instances),
-                count,
-                "; ".join(e.reason() for e in result.errors[:3]),
-            )
-        return result
+        return FleetPlan(spec, request_id, count, template, version, tags)
 
-    def _launch_batches(self, plan: Plan, count: int, errors: list[LaunchError]) -> list[Launched]:
-        size = self.settings.launch_batch_size
+    def start(self, plan: FleetPlan, result: LaunchResult) -> None:
+        launched = self._launch_batches(plan, result.errors)
+        result.instances = self._bind(plan, launched, result.errors)
+
+    def _launch_batches(self, plan: FleetPlan, errors: list[LaunchError]) -> list[Launched]:
+        size, count = self.settings.launch_batch_size, plan.count
         launched: list[Launched] = []
         for index, start in enumerate(range(0, count, size)):
             wanted = min(size, count - start)
@@ -220,7 +178,7 @@ class AwsProvider:
         return list({lnch.instance_id: lnch for lnch in launched}.values())
 
     def _launch_batch(
-        self, plan: Plan, wanted: int, part: str
+        self, plan: FleetPlan, wanted: int, part: str
     ) -> tuple[list[Launched], list[LaunchError]]:
         if not self._fleet_api:
             return self._run_batch(plan, wanted, part)
@@ -228,19 +186,19 @@ class AwsProvider:
         request = fleet_request(plan.spec, plan.template, plan.version, wanted, token, plan.tags)
         try:
             answer = self.ec2().create_fleet(**request)
-        except (ClientError, BotoCoreError) as exc:
-            failure = self._failure(exc)
+        except SDK_ERRORS as exc:
+            failure = self.failure(exc)
             if failure.code in NO_FLEET_API_CODES or failure.status == 501:
                 if failure.code != "UnsupportedOperation":
                     self._fleet_api = False
                 log.info("CreateFleet not offered (%s): using RunInstances", failure.code)
                 return self._run_batch(plan, wanted, part)
-            return [], [LaunchError(failure.kind, failure.code, failure.message, count=wanted)]
+            return [], [failure.launch_error(count=wanted)]
         got = fleet_launched(answer)
         return got, fleet_errors(answer, max(0, wanted - len(got)))
 
     def _run_batch(
-        self, plan: Plan, wanted: int, part: str
+        self, plan: FleetPlan, wanted: int, part: str
     ) -> tuple[list[Launched], list[LaunchError]]:
         """RunInstances over each type x place in order until `wanted` started."""
         spec = plan.spec
@@ -257,12 +215,9 @@ class AwsProvider:
             )
             try:
                 answer = self.ec2().run_instances(**request)
-            except (ClientError, BotoCoreError) as exc:
-                failure = self._failure(exc)
-                zone = place.get("AvailabilityZone")
-                errors.append(
-                    LaunchError(failure.kind, failure.code, failure.message, itype, zone, missing)
-                )
+            except SDK_ERRORS as exc:
+                failure = self.failure(exc)
+                errors.append(failure.launch_error(itype, place.get("AvailabilityZone"), missing))
                 if failure.kind is not ErrorKind.CAPACITY:
                     break
                 continue
@@ -276,11 +231,8 @@ class AwsProvider:
     def _validate(self, spec: LaunchSpec, count: int) -> None:
         """Raise INVALID (naming template and field) for what cannot work."""
 
-        def bad(field_name: str, value: str, why: str) -> ProviderError:
-            return invalid(self.name, spec.template, field_name, value, why)
-
-        if count > len(spec.node_names):
-            raise bad("node_names", str(len(spec.node_names)), f"{count} instances need names")
+        bad: Bad = functools.partial(self.bad, spec)
+        self.need_names(spec, count)
         if not spec.instance_types:
             raise bad("instance_types", "", "no instance type given")
         if spec.market == "spot" and spec.max_spot_price is not None and spec.max_spot_price <= 0:
@@ -302,9 +254,9 @@ class AwsProvider:
         ec2 = self.ec2()
         try:
             answer = ec2.describe_instance_types(**_types(spec.instance_types))
-        except (ClientError, BotoCoreError) as exc:
+        except SDK_ERRORS as exc:
             if classify(exc).kind is not ErrorKind.INVALID:
-                raise self._error(exc, "describing instance types") from None
+                raise self.error(exc, "describing instance types") from None
             self._find_bad_type(spec, bad)
             raise bad("instance_types", ",".join(spec.instance_types), "not all offered") from None
         known = {t["InstanceType"] for t in answer.get("InstanceTypes", [])}
@@ -316,21 +268,21 @@ class AwsProvider:
         for itype in spec.instance_types:
             try:
                 self.ec2().describe_instance_types(**_types([itype]))
-            except (ClientError, BotoCoreError) as exc:
+            except SDK_ERRORS as exc:
                 failure = classify(exc)
                 if failure.kind is ErrorKind.INVALID:
                     why = f"not an instance type offered in {self.region} ({failure.code})"
                     raise bad("instance_types", itype, why) from None
-                raise self._error(exc, "describing instance types") from None
+                raise self.error(failure, "describing instance types") from None
 
     def _check_image(self, spec: LaunchSpec, bad: Bad) -> None:
         try:
             images = self.ec2().describe_images(ImageIds=[spec.image]).get("Images", [])
-        except (ClientError, BotoCoreError) as exc:
+        except SDK_ERRORS as exc:
             failure = classify(exc)
             if failure.kind is ErrorKind.INVALID:
                 raise bad("image", spec.image, f"not found ({failure.code})") from None
-            raise self._error(exc, f"describing image {spec.image}") from None
+            raise self.error(failure, f"describing image {spec.image}") from None
         if not images:
             raise bad("image", spec.image, "no such image visible to this account")
         state = images[0].get("State", "available")
@@ -347,7 +299,7 @@ class AwsProvider:
             cached = self._templates.get(name)
         if cached is not None and cached[0] == digest:
             return name, cached[1]
-        version = self._call(
+        version = self.call(
             f"preparing launch template {name}",
             lambda: self._template_version(spec, name, data, digest),
         )
@@ -364,7 +316,7 @@ class AwsProvider:
             latest = ec2.describe_launch_template_versions(
                 LaunchTemplateName=name, Versions=["$Latest"]
             ).get("LaunchTemplateVersions", [])
-        except ClientError as exc:
+        except SDK_ERRORS as exc:
             if not classify(exc).code.startswith("InvalidLaunchTemplateName.NotFound"):
                 raise
             tags = {TAG_CLUSTER: self.cluster, TAG_TEMPLATE: spec.template}
@@ -389,7 +341,7 @@ class AwsProvider:
     # ------------------------------------------------------------------ binding
 
     def _bind(
-        self, plan: Plan, launched: list[Launched], count: int, errors: list[LaunchError]
+        self, plan: FleetPlan, launched: list[Launched], errors: list[LaunchError]
     ) -> list[CloudInstance]:
         """Name each instance after a node, in order; instances named before keep their name."""
         if not launched:
@@ -400,7 +352,8 @@ class AwsProvider:
             name = tags_of(described.get(lnch.instance_id, {})).get(TAG_NODE)
             if name:
                 names[lnch.instance_id] = name
-        free = iter(n for n in plan.spec.node_names[:count] if n not in set(names.values()))
+        taken = set(names.values())
+        free = iter(n for n in plan.spec.node_names[: plan.count] if n not in taken)
         wanted = [(lnch.instance_id, name) for lnch, name in _pair(launched, names, free)]
         failed = self._tag_nodes(wanted, errors)
         names.update((iid, name) for iid, name in wanted if iid not in failed)
@@ -415,9 +368,8 @@ class AwsProvider:
         mine = {"Name": f"tag:{TAG_REQUEST}", "Values": [request_id]}
         try:
             return {item["InstanceId"]: item for item in self._describe(self._ours(mine))}
-        except (ClientError, BotoCoreError) as exc:
-            failure = self._failure(exc)
-            errors.append(LaunchError(failure.kind, failure.code, failure.message))
+        except SDK_ERRORS as exc:
+            errors.append(self.failure(exc).launch_error())
             return {}
 
     @staticmethod
@@ -437,17 +389,15 @@ class AwsProvider:
         """One CreateTags per instance (node name and Name); the ids that failed."""
         if not pairs:
             return set()
-        workers = min(MAX_WORKERS, len(pairs))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="aws-tag") as pool:
-            outcomes = list(pool.map(lambda p: self._tag_node(*p), pairs))
+        outcomes = parallel(lambda p: self._tag_node(*p), pairs, MAX_WORKERS, "aws-tag")
         failed: set[str] = set()
         for (iid, _), failure in zip(pairs, outcomes, strict=True):
             if failure is not None:
                 failed.add(iid)
-                errors.append(LaunchError(failure.kind, failure.code, failure.message, count=1))
+                errors.append(failure.launch_error(count=1))
         return failed
 
-    def _tag_node(self, instance_id: str, node: str) -> AwsFailure | None:
+    def _tag_node(self, instance_id: str, node: str) -> Failure | None:
         request: dict[str, Any] = {
             "Resources": [instance_id],
             "Tags": tag_list({TAG_NODE: node, "Name": node}),
@@ -456,8 +406,8 @@ class AwsProvider:
             try:
                 self.ec2().create_tags(**request)
                 return None
-            except (ClientError, BotoCoreError) as exc:
-                failure = self._failure(exc)
+            except SDK_ERRORS as exc:
+                failure = self.failure(exc)
                 if failure.code not in NOT_FOUND_CODES or delay is None:
                     return failure
                 time.sleep(delay)
@@ -465,11 +415,8 @@ class AwsProvider:
 
     # ------------------------------------------------------------------ terminate
 
-    def terminate(self, instance_ids: Sequence[str], request_id: str) -> None:
-        wanted = list(dict.fromkeys(instance_ids))
-        if not wanted:
-            return
-        mine = self._call("looking up instances to terminate", lambda: self._live_ours(wanted))
+    def remove(self, wanted: list[str], request_id: str) -> None:
+        mine = self.call("looking up instances to terminate", lambda: self._live_ours(wanted))
         if len(mine) < len(wanted):
             log.info(
                 "request %s: %d of %d instance(s) already gone or not tagged for cluster %s",
@@ -479,7 +426,6 @@ class AwsProvider:
                 self.cluster,
             )
         size = self.settings.terminate_batch_size
-        log.info("terminating %d instance(s) (request %s)", len(mine), request_id)
         for start in range(0, len(mine), size):
             self._terminate_batch(mine[start : start + size])
 
@@ -498,13 +444,13 @@ class AwsProvider:
             try:
                 ec2.terminate_instances(InstanceIds=batch)
                 return
-            except (ClientError, BotoCoreError) as exc:
+            except SDK_ERRORS as exc:
                 if classify(exc).code not in NOT_FOUND_CODES:
-                    raise self._error(exc, f"terminating {len(batch)} instance(s)") from None
+                    raise self.error(exc, f"terminating {len(batch)} instance(s)") from None
                 if last:
                     return
             # one of them vanished between the lookup and the call: look again, once
-            batch = self._call(
+            batch = self.call(
                 "looking up instances to terminate", functools.partial(self._live_ours, batch)
             )
             if not batch:
@@ -512,17 +458,7 @@ class AwsProvider:
 
     # ------------------------------------------------------------------ check
 
-    def check(self) -> list[CheckResult]:
-        credentials = self._check_one("credentials", self._check_credentials)
-        if not credentials.ok:
-            return [credentials]
-        return [
-            credentials,
-            self._check_one("region", self._check_region),
-            self._check_one("describe permission", self._check_describe),
-        ]
-
-    def _check_credentials(self) -> str:
+    def check_credentials(self) -> str:
         identity = self.clients.sts().get_caller_identity()
         account = identity.get("Account", "?")
         return f"credentials accepted ({self.credential_source()}), account {account}"
@@ -539,15 +475,8 @@ class AwsProvider:
         seen = sum(len(r.get("Instances", [])) for r in answer.get("Reservations", []))
         return f"DescribeInstances allowed ({seen} of this cluster's on the first page)"
 
-    def _check_one(self, name: str, fn: Callable[[], str]) -> CheckResult:
-        try:
-            return CheckResult(name, True, fn())
-        except ProviderError as exc:
-            return CheckResult(name, False, str(exc))
-        except (ClientError, BotoCoreError) as exc:
-            return CheckResult(name, False, str(self._error(exc, name)))
-        except Exception as exc:  # check() never raises; the class name carries no secret
-            return CheckResult(name, False, f"{name} failed: {type(exc).__name__}")
+    def checks(self) -> list[Check]:
+        return [("region", self._check_region), ("describe permission", self._check_describe)]
 
 
 def _shortfall(errors: list[LaunchError], missing: int) -> list[LaunchError]:
@@ -570,15 +499,3 @@ def _pair(
         if name is None:
             return
         yield lnch, name
-
-
-def _merge(errors: list[LaunchError]) -> list[LaunchError]:
-    """One LaunchError per (kind, code, type, zone), counts added, first-seen order."""
-    merged: dict[tuple[Any, ...], LaunchError] = {}
-    for err in errors:
-        key = (err.kind, err.code, err.instance_type, err.zone)
-        old = merged.get(key)
-        if old is not None:
-            err = replace(old, count=old.count + err.count)
-        merged[key] = err
-    return list(merged.values())

@@ -27,7 +27,7 @@ fake GPU devices a node has are the ones the controller's gres.conf names (Slurm
 character devices for them), fetched configless by slurmd.
 
 State: `<state_dir>/instances.json` (default /var/lib/clustermgr/local/<provider name>), see
-local_state.py, which also documents faults.json (injected CAPACITY/QUOTA/THROTTLED
+state.py, which also documents faults.json (injected CAPACITY/QUOTA/THROTTLED
 failures and a capacity limit). `settings.max_instances` caps live instances; past it the
 rest of a launch is a CAPACITY error (a partial launch), as is running out of addresses.
 
@@ -38,18 +38,14 @@ writable. Otherwise every call raises ProviderError(AUTH) naming what is wrong.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import re
 import secrets
 from collections.abc import Sequence
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from clustermgr.errors import ErrorKind, ProviderError
-from clustermgr.providers import local_net as net
 from clustermgr.providers.base import (
     TAG_NODE,
     CheckResult,
@@ -62,68 +58,20 @@ from clustermgr.providers.base import (
     invalid,
     ours,
 )
-from clustermgr.providers.local_state import (
-    InstanceRecord,
-    State,
-    auth_error,
-    check_state_dir,
-    locked,
+from clustermgr.providers.local import net
+from clustermgr.providers.local.client import (
+    authorize,
+    can_manage_namespaces,
+    slurmd_path,
+    state_dir_of,
 )
+from clustermgr.providers.local.shapes import CATALOG, CATALOG_BY_NAME, conf_server_from
+from clustermgr.providers.local.state import InstanceRecord, State, check_state_dir, locked
 
 if TYPE_CHECKING:
     from clustermgr.config import ProviderSettings
 
 log = logging.getLogger(__name__)
-
-DEFAULT_STATE_ROOT = Path("/var/lib/clustermgr/local")
-SLURMD = "/usr/sbin/slurmd"
-CAP_NET_ADMIN = 12
-CONF_SERVER = re.compile(r"--conf-server[= ]+['\"]?([^'\"\s]+)")
-
-CATALOG: tuple[InstanceType, ...] = (
-    InstanceType("local.cpu", vcpus=2, memory_mb=1024),
-    InstanceType("local.gpu2", vcpus=2, memory_mb=1024, gpu_model="fake", gpu_count=2),
-    InstanceType("local.gpu8", vcpus=8, memory_mb=4096, gpu_model="fake", gpu_count=8),
-)
-CATALOG_BY_NAME = {t.name: t for t in CATALOG}
-
-
-def state_dir_of(settings: ProviderSettings) -> Path:
-    return settings.state_dir or DEFAULT_STATE_ROOT / settings.name
-
-
-def ensure_bridge(settings: ProviderSettings) -> str:
-    """Make the provider's bridge (idempotent) and return the host's address on it."""
-    return net.ensure_bridge_for(net.Subnet.parse(settings.subnet))
-
-
-def remove_bridge(settings: ProviderSettings) -> None:
-    """Delete the provider's bridge; already gone is fine."""
-    net.remove_bridge_for(net.Subnet.parse(settings.subnet))
-
-
-def can_manage_namespaces() -> bool:
-    """Root, or CAP_NET_ADMIN in the effective set."""
-    if os.geteuid() == 0:
-        return True
-    with contextlib.suppress(OSError, ValueError), open("/proc/self/status") as handle:
-        for line in handle:
-            if line.startswith("CapEff:"):
-                return bool(int(line.split()[1], 16) >> CAP_NET_ADMIN & 1)
-    return False
-
-
-def conf_server_from(spec: LaunchSpec) -> str:
-    found = CONF_SERVER.search(spec.user_data)
-    if not found or found.group(1).startswith((":", "@")):
-        raise invalid(
-            "local",
-            spec.template,
-            "user_data",
-            spec.user_data[:60],
-            "has no `--conf-server HOST[:PORT]` for slurmd (set cluster.head_address)",
-        )
-    return found.group(1)
 
 
 class LocalProvider:
@@ -135,14 +83,12 @@ class LocalProvider:
         self.cluster = cluster
         self.state_dir = state_dir_of(settings)
         self.subnet = net.Subnet.parse(settings.subnet)
-        self.slurmd = SLURMD if os.path.exists(SLURMD) else (net.tool("slurmd") or SLURMD)
+        self.slurmd = slurmd_path()
 
     # --- reading ----------------------------------------------------------------------
 
     def _authorize(self) -> None:
-        if not can_manage_namespaces():
-            raise auth_error("cannot manage network namespaces: not root (needs CAP_NET_ADMIN)")
-        check_state_dir(self.state_dir)
+        authorize(self.state_dir)
 
     def _instance(self, rec: InstanceRecord) -> CloudInstance:
         if rec.status == "stopping":

@@ -3,12 +3,17 @@
 `ERROR_KINDS` is the one table. Codes come from `HttpResponseError.error.code` (ARM's
 `{"error": {"code": ...}}`, also what a failed long-running operation reports); when the
 code is not in the table the HTTP status is looked up in the same table.
+
+ARM answers `OperationNotAllowed` both for "exceeding approved ... quota" and for refusals that
+have nothing to do with quota (e.g. changing a VM that is being deleted). It is QUOTA only
+when the error's structured details say quota: a `details[].code` (at any depth) that the
+table maps to QUOTA, or an `additionalInfo[].type` of `QuotaDetails`. Otherwise OTHER.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from typing import Any
 
 from azure.core.exceptions import (
     AzureError,
@@ -19,6 +24,9 @@ from azure.core.exceptions import (
 )
 
 from clustermgr.errors import ErrorKind
+from clustermgr.providers.skeleton import Failure, Sdk, first_line
+
+SDK_ERRORS: tuple[type[BaseException], ...] = (AzureError,)
 
 ERROR_KINDS: dict[str | int, ErrorKind] = {
     # capacity: try another size / zone / region
@@ -31,7 +39,7 @@ ERROR_KINDS: dict[str | int, ErrorKind] = {
     "AllocationTimedOut": ErrorKind.CAPACITY,
     # quota
     "QuotaExceeded": ErrorKind.QUOTA,
-    "OperationNotAllowed": ErrorKind.QUOTA,  # ARM's code for "exceeding approved ... quota"
+    "OperationNotAllowed": ErrorKind.OTHER,  # QUOTA when its details say so (QUOTA_DETAILS)
     "LowPriorityQuotaExceeded": ErrorKind.QUOTA,
     "ResourceQuotaExceeded": ErrorKind.QUOTA,
     # throttling
@@ -83,14 +91,9 @@ ERROR_KINDS: dict[str | int, ErrorKind] = {
 }
 
 NOT_FOUND_CODES = frozenset({"ResourceNotFound", "NotFound", "ParentResourceNotFound"})
-
-
-@dataclass(frozen=True)
-class AzureFailure:
-    kind: ErrorKind
-    code: str
-    message: str
-    status: int | None = None
+# Codes that are QUOTA only when the error's details or additionalInfo name a quota.
+QUOTA_IF_DETAILED = frozenset({"OperationNotAllowed"})
+QUOTA_INFO_TYPES = frozenset({"QuotaDetails"})
 
 
 def error_code(exc: BaseException) -> str:
@@ -107,17 +110,19 @@ def error_code(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def classify(exc: BaseException) -> AzureFailure:
+def classify(exc: BaseException) -> Failure:
     code = error_code(exc)
     status = exc.status_code if isinstance(exc, HttpResponseError) else None
     kind = ERROR_KINDS.get(code)
+    if code in QUOTA_IF_DETAILED and isinstance(exc, HttpResponseError) and _names_quota(exc):
+        kind = ErrorKind.QUOTA
     if kind is None and status is not None:
         kind = ERROR_KINDS.get(status)
     if kind is None and isinstance(exc, ClientAuthenticationError):
         kind = ErrorKind.AUTH
     if kind is None and isinstance(exc, (ServiceRequestError, ServiceResponseError)):
         kind = ErrorKind.TRANSIENT
-    return AzureFailure(kind or ErrorKind.OTHER, code, short_message(exc), status)
+    return Failure(kind or ErrorKind.OTHER, code, short_message(exc), status)
 
 
 def is_not_found(exc: BaseException) -> bool:
@@ -134,18 +139,62 @@ def short_message(exc: BaseException, limit: int = 240) -> str:
         text = str(exc.message)
     else:
         text = str(exc)
-    first = text.strip().splitlines()[0] if text.strip() else type(exc).__name__
-    return first[:limit]
+    return first_line(text, limit) or type(exc).__name__[:limit]
+
+
+def _names_quota(exc: HttpResponseError) -> bool:
+    """Whether the ARM error's structured details (never its text) say it is about a quota:
+    a detail code (at any depth) that the table maps to QUOTA, or additionalInfo of type
+    QuotaDetails (on the error or on a detail)."""
+    nodes: list[Any] = []
+    stack: list[Any] = [exc.error] if exc.error is not None else []
+    while stack:  # the error and its details: ODataV4Format parses `details` at every depth
+        node = stack.pop()
+        nodes.append(node)
+        stack.extend(node.details)
+    codes = {str(node.code) for node in nodes[1:]}
+    # ARMErrorFormat parses additionalInfo, but the error of a failed long-running operation
+    # is a plain ODataV4Format: read additionalInfo from the answer's JSON as well.
+    types = {str(i.type) for n in nodes for i in getattr(n, "additional_info", None) or ()}
+    types |= _info_types(_body_error(exc))
+    quota_code = any(ERROR_KINDS.get(code) is ErrorKind.QUOTA for code in codes)
+    return quota_code or bool(types & QUOTA_INFO_TYPES)
+
+
+def _info_types(error: dict[str, Any]) -> set[str]:
+    """additionalInfo[].type of an ARM error object and of its details, at any depth."""
+    types = {str(info.get("type")) for info in _dicts(error.get("additionalInfo"))}
+    for detail in _dicts(error.get("details")):
+        types |= _info_types(detail)
+    return types
+
+
+def _body_error(exc: HttpResponseError) -> dict[str, Any]:
+    """The `error` object of the answer's JSON body ({} when there is none)."""
+    body = _json_body(exc)
+    error = body.get("error") if isinstance(body, dict) else None
+    return error if isinstance(error, dict) else {}
+
+
+def _dicts(value: Any) -> list[dict[str, Any]]:
+    return [v for v in value if isinstance(v, dict)] if isinstance(value, list) else []
+
+
+def _json_body(exc: HttpResponseError) -> Any:
+    response = exc.response
+    if response is None:
+        return None
+    try:
+        return json.loads(response.text())
+    except Exception:
+        return None
 
 
 def _aad_error(exc: HttpResponseError) -> str:
     """The `error` field of an AAD token-endpoint answer ({"error": "invalid_client", ...})."""
-    response = exc.response
-    if response is None:
-        return ""
-    try:
-        body = json.loads(response.text())
-    except Exception:
-        return ""
+    body = _json_body(exc)
     value = body.get("error") if isinstance(body, dict) else None
     return value if isinstance(value, str) else ""
+
+
+SDK = Sdk(SDK_ERRORS, classify)

@@ -7,11 +7,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from botocore.exceptions import BotoCoreError, ClientError
 
 from clustermgr.errors import ErrorKind
+from clustermgr.providers.skeleton import Failure, Sdk, first_line
+
+SDK_ERRORS: tuple[type[BaseException], ...] = (ClientError, BotoCoreError)
 
 ERROR_KINDS: dict[str, ErrorKind] = {
     # capacity: try another type / zone / region
@@ -77,14 +78,6 @@ NOT_FOUND_CODES = frozenset({"InvalidInstanceID.NotFound"})
 NO_FLEET_API_CODES = frozenset({"InvalidAction", "NotImplemented", "UnsupportedOperation"})
 
 
-@dataclass(frozen=True)
-class AwsFailure:
-    kind: ErrorKind
-    code: str
-    message: str
-    status: int | None = None
-
-
 def kind_of(code: str) -> ErrorKind:
     """The ErrorKind of an EC2 (or botocore) error code; OTHER when not in the table."""
     bare = code.removeprefix("Server.").removeprefix("Client.")
@@ -101,7 +94,7 @@ def error_code(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def classify(exc: BaseException) -> AwsFailure:
+def classify(exc: BaseException) -> Failure:
     code = error_code(exc)
     status = None
     if isinstance(exc, ClientError):
@@ -109,7 +102,7 @@ def classify(exc: BaseException) -> AwsFailure:
     kind = kind_of(code)
     if kind is ErrorKind.OTHER and isinstance(exc, BotoCoreError) and "Credential" in code:
         kind = ErrorKind.AUTH
-    return AwsFailure(kind, code, short_message(exc), status)
+    return Failure(kind, code, short_message(exc), status)
 
 
 def short_message(exc: BaseException, limit: int = 240) -> str:
@@ -118,5 +111,7 @@ def short_message(exc: BaseException, limit: int = 240) -> str:
         text = str(exc.response.get("Error", {}).get("Message") or "")
     else:
         text = str(exc)
-    lines = text.strip().splitlines()
-    return (lines[0] if lines else type(exc).__name__)[:limit]
+    return first_line(text, limit) or type(exc).__name__[:limit]
+
+
+SDK = Sdk(SDK_ERRORS, classify)

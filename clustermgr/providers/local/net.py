@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.providers.local.errors import NetError
 
 NETNS_DIR = Path("/var/run/netns")
 TOOL_PATH = "/usr/sbin:/usr/bin:/sbin:/bin"
@@ -38,11 +39,6 @@ BOOT_SCRIPT = (
     'exec "$1" --time --boottime "-$up" --fork --kill-child "$2" "--net=$3" "$4" -D -N "$5" '
     '--conf-server "$6"'
 )
-
-
-class NetError(ProviderError):
-    def __init__(self, message: str, code: str = "LocalNetwork") -> None:
-        super().__init__(ErrorKind.OTHER, message, provider="local", code=code)
 
 
 def tool(name: str) -> str | None:

@@ -7,6 +7,9 @@ next flavor x zone of the spec), then reads the servers until none is BUILDing. 
 ends in ERROR is deleted; when its fault is a scheduling failure (CAPACITY, "No valid host")
 the node tries its next flavor in the next round. QUOTA or THROTTLED (after backoff) on a
 create stops the creations still to come in this launch: they would fail the same way.
+
+This module does not import the provider: it asks for what it needs as `Nova` (provider.py
+implements it), so the provider imports the launch and not the other way round.
 """
 
 from __future__ import annotations
@@ -15,8 +18,9 @@ import base64
 import logging
 import time
 from collections import deque
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol, TypeVar
 
 from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import (
@@ -26,20 +30,45 @@ from clustermgr.providers.base import (
     LaunchError,
     LaunchResult,
     LaunchSpec,
-    invalid,
     ours,
 )
-from clustermgr.providers.openstack_errors import NOT_FOUND_CODES, fault_failure
-from clustermgr.providers.openstack_shapes import instance_of, server_name
-
-if TYPE_CHECKING:
-    from collections.abc import Callable
-
-    from clustermgr.providers.openstack import OpenStackProvider
+from clustermgr.providers.openstack.client import Timing
+from clustermgr.providers.openstack.errors import NOT_FOUND_CODES, fault_failure
+from clustermgr.providers.openstack.shapes import instance_of, server_name
 
 log = logging.getLogger(__name__)
 
 BUILDING = frozenset({"BUILD", "REBUILD"})
+T = TypeVar("T")
+U = TypeVar("U")
+
+
+class Nova(Protocol):
+    """What a launch needs from the OpenStack provider."""
+
+    cluster: str
+    region: str
+    timing: Timing
+
+    def bad(self, spec: LaunchSpec, field_name: str, value: str, why: str) -> ProviderError: ...
+
+    def need_names(self, spec: LaunchSpec, count: int) -> None: ...
+
+    def service(self, name: str) -> Any: ...
+
+    def call(self, what: str, fn: Callable[[], T], operation: str = "") -> T: ...
+
+    def flavors(self) -> list[Any]: ...
+
+    def refresh_flavors(self) -> list[Any]: ...
+
+    def flavor_names(self) -> dict[str, str]: ...
+
+    def our_servers(self) -> list[Any]: ...
+
+    def delete_server(self, server_id: str) -> None: ...
+
+    def parallel(self, fn: Callable[[T], U], items: Sequence[T]) -> list[U]: ...
 
 
 @dataclass(frozen=True)
@@ -50,9 +79,12 @@ class Attempt:
 
 
 @dataclass(frozen=True)
-class Plan:
-    """What validation found: ids for what the spec names."""
+class ServerPlan:
+    """What validation found for one launch: the nodes, and ids for what the spec names."""
 
+    spec: LaunchSpec
+    request_id: str
+    nodes: tuple[str, ...]
     attempts: tuple[Attempt, ...]
     image_id: str
     networks: list[dict[str, str]] | str
@@ -91,85 +123,43 @@ class NodeTask:
         self.done = self.done or final
 
 
-class Launcher:
-    def __init__(
-        self, provider: OpenStackProvider, spec: LaunchSpec, count: int, request_id: str
-    ) -> None:
-        self.provider = provider
+def plan_servers(nova: Nova, spec: LaunchSpec, count: int, request_id: str) -> ServerPlan:
+    """Raise INVALID (naming template and field) for anything the cloud does not know."""
+    nova.need_names(spec, count)
+    if not spec.instance_types:
+        raise nova.bad(spec, "instance_types", "", "at least one flavor is needed")
+    check = Validation(nova, spec)
+    flavors = check.flavor_ids(spec.instance_types)
+    zones: tuple[str | None, ...] = tuple(spec.zones) or (None,)
+    attempts = tuple(Attempt(f, flavors[f], z) for f in spec.instance_types for z in zones)
+    nodes = spec.node_names[:count]
+    return ServerPlan(
+        spec, request_id, nodes, attempts, check.image_id(), check.networks(), check.key_name()
+    )
+
+
+class Validation:
+    """Looks up what one spec names (flavors, image, network, key pair)."""
+
+    def __init__(self, nova: Nova, spec: LaunchSpec) -> None:
+        self.nova = nova
         self.spec = spec
-        self.count = count
-        self.request_id = request_id
-        self.halt: ProviderError | None = None  # QUOTA / THROTTLED: stop creating
-        self.names: dict[str, str] = {}
-
-    def run(self) -> LaunchResult:
-        result = LaunchResult(request_id=self.request_id, requested=self.count)
-        try:
-            plan = self.validate()
-        except ProviderError as exc:
-            if exc.kind in (ErrorKind.INVALID, ErrorKind.AUTH):
-                raise
-            result.errors.append(LaunchError(exc.kind, exc.code, exc.args[0], count=self.count))
-            return result
-        nodes = self.spec.node_names[: self.count]
-        if not nodes:
-            return result
-        log.info(
-            "launching %d server(s) of template %s (request %s)",
-            len(nodes),
-            self.spec.template,
-            self.request_id,
-        )
-        cluster = self.provider.cluster
-        tasks = [NodeTask(n, server_name(cluster, n), deque(plan.attempts)) for n in nodes]
-        self.names = self.provider.flavor_names()
-        try:
-            self.adopt(tasks)
-            while any(t.wants_server or t.waiting for t in tasks):
-                self.create_round(tasks, plan)
-                self.wait_round(tasks)
-        except ProviderError as exc:
-            if exc.kind is ErrorKind.AUTH:
-                raise
-            for task in tasks:
-                if task.instance is None and not task.done:
-                    task.fail(exc.kind, exc.code, exc.args[0])
-        for task in tasks:
-            if task.instance is not None:
-                result.instances.append(task.instance)
-            result.errors.extend(task.errors)
-        result.errors = merge(result.errors)
-        return result
-
-    # ------------------------------------------------------------------ validation
 
     def bad(self, field_name: str, value: str, why: str) -> ProviderError:
-        return invalid(self.provider.name, self.spec.template, field_name, value, why)
-
-    def validate(self) -> Plan:
-        """Raise INVALID (naming template and field) for anything the cloud does not know."""
-        spec = self.spec
-        if self.count > len(spec.node_names):
-            raise self.bad("node_names", str(len(spec.node_names)), f"{self.count} need names")
-        if not spec.instance_types:
-            raise self.bad("instance_types", "", "at least one flavor is needed")
-        flavors = self.flavor_ids(spec.instance_types)
-        zones: tuple[str | None, ...] = tuple(spec.zones) or (None,)
-        attempts = tuple(Attempt(f, flavors[f], z) for f in spec.instance_types for z in zones)
-        return Plan(attempts, self.image_id(), self.networks(), self.key_name())
+        return self.nova.bad(self.spec, field_name, value, why)
 
     def flavor_ids(self, wanted: tuple[str, ...]) -> dict[str, str]:
         """Flavor name (or id) in the spec -> flavor id; refreshed once before giving up."""
-        known = _by_name_and_id(self.provider.flavors())
+        known = _by_name_and_id(self.nova.flavors())
         if any(w not in known for w in wanted):
-            known = _by_name_and_id(self.provider.refresh_flavors())
+            known = _by_name_and_id(self.nova.refresh_flavors())
         for itype in wanted:
             if itype not in known:
-                raise self.bad("instance_types", itype, f"no such flavor in {self.provider.region}")
+                raise self.bad("instance_types", itype, f"no such flavor in {self.nova.region}")
         return {w: known[w] for w in wanted}
 
     def image_id(self) -> str:
-        image_api = self.provider.service("image")
+        image_api = self.nova.service("image")
         image = self.lookup(
             "image",
             self.spec.image,
@@ -185,7 +175,7 @@ class Launcher:
         network = self.spec.network
         if not network:
             return "auto"
-        network_api = self.provider.service("network")
+        network_api = self.nova.service("network")
         found = self.lookup(
             "network", network, lambda: network_api.find_network(network, ignore_missing=False)
         )
@@ -195,7 +185,7 @@ class Launcher:
         key = self.spec.key_name
         if not key:
             return None
-        compute = self.provider.service("compute")
+        compute = self.nova.service("compute")
         self.lookup("key_name", key, lambda: compute.find_keypair(key, ignore_missing=False))
         return key
 
@@ -203,16 +193,49 @@ class Launcher:
         """fn() finds what the spec names (find_* with ignore_missing=False); not found (404)
         or an ambiguous name (DuplicateResource) -> INVALID naming the field."""
         try:
-            found = self.provider.call(f"looking up {field_name} {value}", fn)
+            found = self.nova.call(f"looking up {field_name} {value}", fn)
         except ProviderError as exc:
             if exc.code in NOT_FOUND_CODES:
-                raise self.bad(field_name, value, f"not found in {self.provider.region}") from None
+                raise self.bad(field_name, value, f"not found in {self.nova.region}") from None
             if exc.kind is ErrorKind.INVALID:
                 raise self.bad(field_name, value, exc.args[0]) from None
             raise
         if found is None:
-            raise self.bad(field_name, value, f"not found in {self.provider.region}")
+            raise self.bad(field_name, value, f"not found in {self.nova.region}")
         return found
+
+
+class Launcher:
+    """Creates the servers of one ServerPlan, in rounds, and waits for them."""
+
+    def __init__(self, nova: Nova, plan: ServerPlan) -> None:
+        self.nova = nova
+        self.plan = plan
+        self.spec = plan.spec
+        self.request_id = plan.request_id
+        self.halt: ProviderError | None = None  # QUOTA / THROTTLED: stop creating
+        self.names: dict[str, str] = {}
+
+    def run(self, result: LaunchResult) -> None:
+        plan = self.plan
+        cluster = self.nova.cluster
+        tasks = [NodeTask(n, server_name(cluster, n), deque(plan.attempts)) for n in plan.nodes]
+        self.names = self.nova.flavor_names()
+        try:
+            self.adopt(tasks)
+            while any(t.wants_server or t.waiting for t in tasks):
+                self.create_round(tasks, plan)
+                self.wait_round(tasks)
+        except ProviderError as exc:
+            if exc.kind is ErrorKind.AUTH:
+                raise
+            for task in tasks:
+                if task.instance is None and not task.done:
+                    task.fail(exc.kind, exc.code, exc.args[0])
+        for task in tasks:
+            if task.instance is not None:
+                result.instances.append(task.instance)
+            result.errors.extend(task.errors)
 
     # ------------------------------------------------------------------ reuse
 
@@ -220,7 +243,7 @@ class Launcher:
         """Servers of these names from earlier tries: reuse ours, clear failed ones."""
         wanted = {t.name: t for t in tasks}
         found: dict[str, list[Any]] = {}
-        for server in self.provider.our_servers():
+        for server in self.nova.our_servers():
             if server.name in wanted:
                 found.setdefault(server.name, []).append(server)
         for name, servers in found.items():
@@ -262,7 +285,7 @@ class Launcher:
     def discard(self, server_id: str) -> None:
         """Delete a failed server; if that fails too, say so and go on (reconcile cleans up)."""
         try:
-            self.provider.delete_server(server_id)
+            self.nova.delete_server(server_id)
         except ProviderError as exc:
             if exc.kind is ErrorKind.AUTH:
                 raise
@@ -270,20 +293,20 @@ class Launcher:
 
     # ------------------------------------------------------------------ create
 
-    def create_round(self, tasks: list[NodeTask], plan: Plan) -> None:
+    def create_round(self, tasks: list[NodeTask], plan: ServerPlan) -> None:
         todo = [t for t in tasks if t.wants_server]
-        self.provider.parallel(lambda t: self.create_one(t, plan), todo)
+        self.nova.parallel(lambda t: self.create_one(t, plan), todo)
 
-    def create_one(self, task: NodeTask, plan: Plan) -> None:
+    def create_one(self, task: NodeTask, plan: ServerPlan) -> None:
         task.current = task.attempts.popleft()
         halt = self.halt
         if halt is not None:
             task.fail(halt.kind, halt.code, halt.args[0])
             return
         attrs = self.server_attrs(task, plan)
-        compute = self.provider.service("compute")
+        compute = self.nova.service("compute")
         try:
-            server = self.provider.call(
+            server = self.nova.call(
                 f"creating server {task.name} ({task.current.flavor})",
                 lambda: compute.create_server(**attrs),
                 operation="create",
@@ -298,10 +321,10 @@ class Launcher:
             return
         task.server_id = str(server.id)
 
-    def server_attrs(self, task: NodeTask, plan: Plan) -> dict[str, Any]:
+    def server_attrs(self, task: NodeTask, plan: ServerPlan) -> dict[str, Any]:
         spec, attempt = self.spec, task.current
         assert attempt is not None
-        tags = ours(self.provider.cluster, spec.template, self.request_id, spec.tags)
+        tags = ours(self.nova.cluster, spec.template, self.request_id, spec.tags)
         attrs: dict[str, Any] = {
             "name": task.name,
             "flavor_id": attempt.flavor_id,
@@ -324,11 +347,11 @@ class Launcher:
     def wait_round(self, tasks: list[NodeTask]) -> None:
         """Read the servers until none of this round's is BUILDing, or the time is up."""
         waiting = [t for t in tasks if t.waiting]
-        timing = self.provider.timing
+        timing = self.nova.timing
         deadline = time.monotonic() + timing.active_timeout_s
         while waiting:
             time.sleep(timing.poll_interval_s)
-            seen = {str(s.id): s for s in self.provider.our_servers()}
+            seen = {str(s.id): s for s in self.nova.our_servers()}
             waiting = [t for t in waiting if not self.settle(t, seen.get(t.server_id or ""))]
             if waiting and time.monotonic() >= deadline:
                 for task in waiting:
@@ -365,15 +388,3 @@ def _by_name_and_id(flavors: list[Any]) -> dict[str, str]:
         known[str(flavor.id)] = str(flavor.id)
         known.setdefault(str(flavor.name), str(flavor.id))
     return known
-
-
-def merge(errors: list[LaunchError]) -> list[LaunchError]:
-    """One LaunchError per (kind, code, type, zone), counts added, first-seen order."""
-    merged: dict[tuple[Any, ...], LaunchError] = {}
-    for err in errors:
-        key = (err.kind, err.code, err.instance_type, err.zone)
-        old = merged.get(key)
-        if old is not None:
-            err = LaunchError(err.kind, err.code, old.message, *key[2:], old.count + err.count)
-        merged[key] = err
-    return list(merged.values())

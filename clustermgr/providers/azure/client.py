@@ -22,7 +22,8 @@ from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
 from clustermgr.config import ProviderSettings
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.errors import ProviderError
+from clustermgr.providers.skeleton import auth_error
 
 # azure-core's retry policy: 429/5xx retried (honouring Retry-After), then the error is ours.
 RETRY = {"retry_total": 4, "retry_backoff_factor": 0.5, "retry_backoff_max": 30}
@@ -48,12 +49,7 @@ class AzureClients:
         return "DefaultAzureCredential (environment, workload/managed identity, Azure CLI)"
 
     def auth_error(self, message: str, code: str = "") -> ProviderError:
-        return ProviderError(
-            ErrorKind.AUTH,
-            f"credentials rejected ({self.credential_source()}): {message}",
-            provider=self.settings.name,
-            code=code,
-        )
+        return auth_error(self.settings.name, self.credential_source(), message, code)
 
     def credential(self) -> TokenCredential:
         with self._lock:

@@ -12,7 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from clustermgr.errors import ErrorKind
-from clustermgr.providers.aws_errors import kind_of
+from clustermgr.providers.aws.errors import kind_of
 from clustermgr.providers.base import (
     TAG_NODE,
     CloudInstance,
@@ -21,6 +21,7 @@ from clustermgr.providers.base import (
     LaunchError,
     LaunchSpec,
 )
+from clustermgr.providers.skeleton import first_line
 
 JSON = dict[str, Any]
 MAX_TOKEN = 64  # EC2 ClientToken limit
@@ -189,7 +190,7 @@ def fleet_errors(answer: Mapping[str, Any], shortfall: int) -> list[LaunchError]
     for item in answer.get("Errors") or ():
         override = (item.get("LaunchTemplateAndOverrides") or {}).get("Overrides") or {}
         code = str(item.get("ErrorCode") or "Unknown")
-        message = _first_line(str(item.get("ErrorMessage") or code))
+        message = first_line(str(item.get("ErrorMessage") or code))
         if override.get("SubnetId"):
             message = f"{message} (subnet {override['SubnetId']})"
         errors.append(
@@ -311,8 +312,3 @@ def to_instance_type(item: Mapping[str, Any]) -> InstanceType:
 
 def _price(value: float) -> str:
     return f"{value:.6f}".rstrip("0").rstrip(".")
-
-
-def _first_line(text: str, limit: int = 240) -> str:
-    lines = text.strip().splitlines()
-    return (lines[0] if lines else "")[:limit]

@@ -1,6 +1,6 @@
 """Azure provider: single VMs (each with its own NIC) in one resource group and region.
 
-The only module (with azure_errors / azure_shapes) that imports the Azure SDK. Every VM
+Only client.py and errors.py import the Azure SDK. Every VM
 carries our tags; list/terminate only ever touch VMs tagged with this cluster's name.
 """
 
@@ -8,24 +8,16 @@ from __future__ import annotations
 
 import functools
 import logging
-import threading
-import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from datetime import datetime
-from typing import Any, ClassVar, TypeVar
-
-from azure.core.credentials import TokenCredential
-from azure.core.exceptions import AzureError, HttpResponseError
-from azure.mgmt.compute import ComputeManagementClient
-from azure.mgmt.network import NetworkManagementClient
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from clustermgr.config import ProviderSettings
 from clustermgr.errors import ErrorKind, ProviderError
-from clustermgr.providers.azure_clients import AzureClients
-from clustermgr.providers.azure_errors import AzureFailure, classify, is_not_found
-from clustermgr.providers.azure_shapes import (
+from clustermgr.providers.azure.client import AzureClients
+from clustermgr.providers.azure.errors import SDK, SDK_ERRORS, classify, is_not_found
+from clustermgr.providers.azure.shapes import (
     Names,
     VmRequest,
     image_reference,
@@ -41,22 +33,35 @@ from clustermgr.providers.base import (
     TAG_CLUSTER,
     TAG_NODE,
     TAG_REQUEST,
-    CheckResult,
     CloudInstance,
     InstanceType,
     LaunchError,
     LaunchResult,
     LaunchSpec,
-    invalid,
 )
+from clustermgr.providers.skeleton import Check, CloudProvider, Failure, Words, parallel
+
+if TYPE_CHECKING:
+    from azure.core.credentials import TokenCredential
+    from azure.mgmt.compute import ComputeManagementClient
+    from azure.mgmt.network import NetworkManagementClient
 
 log = logging.getLogger(__name__)
 
 MANAGEMENT_SCOPE = "https://management.azure.com/.default"
 MAX_WORKERS = 16  # concurrent VM creations / deletions per call
-CATALOG_TTL_S = 3600.0
 T = TypeVar("T")
 Bad = Callable[[str, str, str], ProviderError]  # (field, value, why) -> INVALID error
+
+
+@dataclass(frozen=True)
+class VmPlan:
+    """What validation found for one launch: the nodes to give a VM each, and their SSH key."""
+
+    spec: LaunchSpec
+    request_id: str
+    nodes: tuple[str, ...]
+    ssh_public_key: str
 
 
 @dataclass
@@ -65,24 +70,18 @@ class NodeOutcome:
     errors: list[LaunchError] = field(default_factory=list)
 
 
-class AzureProvider:
+class AzureProvider(CloudProvider[VmPlan]):
     kind: ClassVar[str] = "azure"
+    sdk = SDK
+    words = Words("VM", "VM size", credential_check="token")
 
     def __init__(self, settings: ProviderSettings, cluster: str) -> None:
-        self.settings = settings
-        self.name = settings.name
-        self.cluster = cluster
-        self.region = settings.region
+        super().__init__(settings, cluster)
         self.resource_group = settings.resource_group or ""
         self.clients = AzureClients(settings, pool_size=MAX_WORKERS + 4)
-        self._lock = threading.Lock()
-        self._catalog: tuple[float, list[InstanceType]] | None = None
 
     def credential_source(self) -> str:
         return self.clients.credential_source()
-
-    def _auth_error(self, message: str, code: str = "") -> ProviderError:
-        return self.clients.auth_error(message, code)
 
     def credential(self) -> TokenCredential:
         return self.clients.credential()
@@ -93,54 +92,29 @@ class AzureProvider:
     def network(self) -> NetworkManagementClient:
         return self.clients.network()
 
-    def _raise(self, exc: BaseException, what: str) -> ProviderError:
-        """The ProviderError for an SDK failure (AUTH names the credential source)."""
-        failure = classify(exc)
-        if failure.kind is ErrorKind.AUTH:
-            return self._auth_error(failure.message, failure.code)
-        return ProviderError(
-            failure.kind, f"{what}: {failure.message}", provider=self.name, code=failure.code
-        )
-
-    def _call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run one SDK call; every Azure failure becomes a ProviderError."""
-        try:
-            return fn()
-        except ProviderError:
-            raise
-        except AzureError as exc:
-            raise self._raise(exc, what) from None
-
     # ------------------------------------------------------------------ catalog
 
-    def catalog(self) -> Sequence[InstanceType]:
-        with self._lock:
-            cached = self._catalog
-        if cached is not None and time.monotonic() - cached[0] < CATALOG_TTL_S:
-            return cached[1]
+    def read_catalog(self) -> list[InstanceType]:
         compute = self.compute()
-        skus = self._call(
+        skus = self.call(
             "listing resource SKUs",
             lambda: list(compute.resource_skus.list(filter=f"location eq '{self.region}'")),
         )
         found = {t.name: t for t in (instance_type_of(s, self.region) for s in skus) if t}
-        types = sorted(found.values(), key=lambda t: t.name)
-        with self._lock:
-            self._catalog = (time.monotonic(), types)
-        return types
+        return sorted(found.values(), key=lambda t: t.name)
 
     # ------------------------------------------------------------------ list
 
     def list_instances(self) -> dict[str, CloudInstance]:
         compute, network = self.compute(), self.network()
-        vms = self._call(
+        vms = self.call(
             f"listing VMs in resource group {self.resource_group}",
             lambda: list(compute.virtual_machines.list(self.resource_group, expand="instanceView")),
         )
         ours = [vm for vm in vms if (vm.tags or {}).get(TAG_CLUSTER) == self.cluster]
         if not ours:
             return {}
-        nics = self._call(
+        nics = self.call(
             f"listing network interfaces in resource group {self.resource_group}",
             lambda: list(network.network_interfaces.list(self.resource_group)),
         )
@@ -169,35 +143,23 @@ class AzureProvider:
 
     # ------------------------------------------------------------------ launch
 
-    def launch(self, spec: LaunchSpec, count: int, request_id: str) -> LaunchResult:
+    def prepare(self, spec: LaunchSpec, count: int, request_id: str) -> VmPlan | None:
+        key = self._validate(spec, count)
         nodes = spec.node_names[:count]
-        result = LaunchResult(request_id=request_id, requested=count)
-        try:
-            key = self._validate(spec, count)
-        except ProviderError as exc:
-            if exc.kind in (ErrorKind.INVALID, ErrorKind.AUTH):
-                raise
-            result.errors.append(LaunchError(exc.kind, exc.code, str(exc), count=count))
-            return result
-        if not nodes:
-            return result
-        log.info("launching %d VM(s) of template %s (request %s)", count, spec.template, request_id)
-        outcomes = self._parallel(lambda n: self._launch_node(spec, n, request_id, key), nodes)
+        return VmPlan(spec, request_id, nodes, key) if nodes else None
+
+    def start(self, plan: VmPlan, result: LaunchResult) -> None:
+        spec, request_id, key = plan.spec, plan.request_id, plan.ssh_public_key
+        outcomes = self._parallel(lambda n: self._launch_node(spec, n, request_id, key), plan.nodes)
         for outcome in outcomes:
             if outcome.instance is not None:
                 result.instances.append(outcome.instance)
             result.errors.extend(outcome.errors)
-        result.errors = _merge(result.errors)
-        return result
 
     def _validate(self, spec: LaunchSpec, count: int) -> str:
         """Raise INVALID (naming template and field) for what cannot work; the SSH key."""
-
-        def bad(field_name: str, value: str, why: str) -> ProviderError:
-            return invalid(self.name, spec.template, field_name, value, why)
-
-        if count > len(spec.node_names):
-            raise bad("node_names", str(len(spec.node_names)), f"{count} instances need names")
+        bad: Bad = functools.partial(self.bad, spec)
+        self.need_names(spec, count)
         if not spec.subnets:
             raise bad("subnets", "", "an Azure template needs a subnet resource id")
         known = {t.name.lower() for t in self.catalog()}
@@ -221,10 +183,10 @@ class AzureProvider:
         """fn() reads something the spec names; not found -> INVALID naming the field."""
         try:
             return fn()
-        except AzureError as exc:
+        except SDK_ERRORS as exc:
             if is_not_found(exc):
                 raise bad(field_name, value, f"not found ({classify(exc).code})") from None
-            raise self._raise(exc, f"looking up {field_name} {value}") from None
+            raise self.error(exc, f"looking up {field_name} {value}") from None
 
     def _image_exists(self, ref: dict[str, str]) -> bool:
         compute = self.compute()
@@ -288,24 +250,24 @@ class AzureProvider:
                     outcome.instance = instance
                     return outcome
                 if failure is not None:
-                    outcome.errors.append(_launch_error(failure, itype, zone))
+                    outcome.errors.append(failure.launch_error(itype, zone, count=1))
                     if failure.kind is not ErrorKind.CAPACITY:
                         return self._give_up(names, outcome)
         return self._give_up(names, outcome)
 
     def _attempt(
         self, spec: LaunchSpec, req: VmRequest
-    ) -> tuple[CloudInstance | None, AzureFailure | None]:
+    ) -> tuple[CloudInstance | None, Failure | None]:
         """One VM creation of one size (in one zone). The NIC is (re)made first: deleting a
         failed VM also deletes its NIC (delete option Delete)."""
         try:
             nic = self._ensure_nic(spec, req.names, dict(req.tags))
-        except AzureError as exc:
-            return None, self._failure(exc)
+        except SDK_ERRORS as exc:
+            return None, self.failure(exc)
         try:
             vm = self._create_vm(spec, replace(req, nic_id=str(nic.id)))
-        except AzureError as exc:
-            failure = self._failure(exc)
+        except SDK_ERRORS as exc:
+            failure = self.failure(exc)
             self._discard_failed_vm(req.names.vm)
             return None, failure
         return self._instance(vm, {str(nic.id).lower(): _private_ip(nic)}), None
@@ -323,27 +285,19 @@ class AzureProvider:
             message = f"VM {names.vm} is being deleted"
             return NodeOutcome(errors=[LaunchError(ErrorKind.TRANSIENT, "Deleting", message)])
         network = self.network()
-        nic = self._call(
+        nic = self.call(
             "reading NIC", lambda: network.network_interfaces.get(self.resource_group, names.nic)
         )
         return NodeOutcome(instance=self._instance(vm, {str(nic.id).lower(): _private_ip(nic)}))
-
-    def _failure(self, exc: BaseException) -> AzureFailure:
-        failure = classify(exc)
-        if failure.kind is ErrorKind.AUTH:
-            raise self._auth_error(failure.message, failure.code)
-        return failure
 
     def _get_vm(self, name: str) -> Any | None:
         compute = self.compute()
         try:
             return compute.virtual_machines.get(self.resource_group, name)
-        except HttpResponseError as exc:
+        except SDK_ERRORS as exc:
             if is_not_found(exc):
                 return None
-            raise self._raise(exc, f"reading VM {name}") from None
-        except AzureError as exc:
-            raise self._raise(exc, f"reading VM {name}") from None
+            raise self.error(exc, f"reading VM {name}") from None
 
     def _ensure_nic(self, spec: LaunchSpec, names: Names, tags: dict[str, str]) -> Any:
         nsg = spec.security_groups[0] if spec.security_groups else None
@@ -364,7 +318,7 @@ class AzureProvider:
         """A failed creation can leave a VM in provisioningState Failed: delete it."""
         try:
             self.compute().virtual_machines.begin_delete(self.resource_group, name).result()
-        except AzureError as exc:
+        except SDK_ERRORS as exc:
             if not is_not_found(exc):
                 log.warning("could not delete failed VM %s: %s", name, classify(exc).message)
 
@@ -374,11 +328,7 @@ class AzureProvider:
 
     # ------------------------------------------------------------------ terminate
 
-    def terminate(self, instance_ids: Sequence[str], request_id: str) -> None:
-        ids = list(dict.fromkeys(instance_ids))
-        if not ids:
-            return
-        log.info("terminating %d VM(s) (request %s)", len(ids), request_id)
+    def remove(self, ids: list[str], request_id: str) -> None:
         failures = [f for f in self._parallel(self._terminate_one, ids) if f is not None]
         if failures:
             raise failures[0]
@@ -386,9 +336,9 @@ class AzureProvider:
     def _terminate_one(self, vm_name: str) -> ProviderError | None:
         try:
             self.compute().virtual_machines.begin_delete(self.resource_group, vm_name).result()
-        except AzureError as exc:
+        except SDK_ERRORS as exc:
             if not is_not_found(exc):
-                return self._raise(exc, f"deleting VM {vm_name}")
+                return self.error(exc, f"deleting VM {vm_name}")
         self._delete_leftovers(names_of(vm_name))
         return None
 
@@ -409,25 +359,18 @@ class AzureProvider:
         for what, start in steps:
             try:
                 start().result()
-            except AzureError as exc:
+            except SDK_ERRORS as exc:
                 if not is_not_found(exc):
                     log.warning("could not delete %s: %s", what, classify(exc).message)
 
     # ------------------------------------------------------------------ check
 
-    def check(self) -> list[CheckResult]:
-        results: list[CheckResult] = []
-        try:
-            self.credential().get_token(MANAGEMENT_SCOPE)
-            results.append(
-                CheckResult("token", True, f"token acquired ({self.credential_source()})")
-            )
-        except (AzureError, ProviderError) as exc:
-            results.append(CheckResult("token", False, self._describe(exc)))
-            return results
-        results.append(self._check_one("resource group", self._check_group))
-        results.append(self._check_one("resource SKUs", self._check_skus))
-        return results
+    def check_credentials(self) -> str:
+        self.credential().get_token(MANAGEMENT_SCOPE)
+        return f"token acquired ({self.credential_source()})"
+
+    def checks(self) -> list[Check]:
+        return [("resource group", self._check_group), ("resource SKUs", self.check_catalog)]
 
     def _check_group(self) -> str:
         compute = self.compute()
@@ -435,32 +378,10 @@ class AzureProvider:
         first = list(next(iter(pages), []))
         return f"resource group {self.resource_group} reachable ({len(first)} VMs on first page)"
 
-    def _check_skus(self) -> str:
-        types = self.catalog()
-        if not types:
-            raise ProviderError(ErrorKind.OTHER, f"no VM sizes offered in {self.region}")
-        gpus = sum(1 for t in types if t.gpu_count)
-        return f"{len(types)} VM sizes in {self.region} ({gpus} with GPUs)"
-
-    def _check_one(self, name: str, fn: Callable[[], str]) -> CheckResult:
-        try:
-            return CheckResult(name, True, fn())
-        except (AzureError, ProviderError) as exc:
-            return CheckResult(name, False, self._describe(exc))
-
-    def _describe(self, exc: BaseException) -> str:
-        if isinstance(exc, ProviderError):
-            return str(exc)
-        return str(self._raise(exc, "check"))
-
     # ------------------------------------------------------------------ helpers
 
     def _parallel(self, fn: Callable[[str], T], items: Sequence[str]) -> list[T]:
-        if len(items) == 1:
-            return [fn(items[0])]
-        workers = min(MAX_WORKERS, len(items))
-        with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="azure") as pool:
-            return list(pool.map(fn, items))
+        return parallel(fn, items, MAX_WORKERS, "azure")
 
 
 def _subnet_parts(subnet_id: str) -> tuple[str, str, str] | None:
@@ -474,22 +395,6 @@ def _subnet_parts(subnet_id: str) -> tuple[str, str, str] | None:
     except (ValueError, IndexError):
         return None
     return group, vnet, subnet
-
-
-def _launch_error(failure: AzureFailure, itype: str | None, zone: str | None) -> LaunchError:
-    return LaunchError(failure.kind, failure.code, failure.message, itype, zone, count=1)
-
-
-def _merge(errors: list[LaunchError]) -> list[LaunchError]:
-    """One LaunchError per (kind, code, type, zone), counts added, first-seen order."""
-    merged: dict[tuple[Any, ...], LaunchError] = {}
-    for err in errors:
-        key = (err.kind, err.code, err.instance_type, err.zone)
-        old = merged.get(key)
-        if old is not None:
-            err = LaunchError(err.kind, err.code, old.message, *key[2:], old.count + err.count)
-        merged[key] = err
-    return list(merged.values())
 
 
 def _private_ip(nic: Any) -> str | None:

@@ -1,4 +1,4 @@
-"""boto3 session and clients for one AWS provider, and botocore failures as ProviderErrors.
+"""boto3 session and clients for one AWS provider, and where its credentials came from.
 
 Credentials come from boto3's own chain (environment, shared files, instance role) or a
 named profile. Messages name where the credentials came from, never the credentials.
@@ -7,23 +7,19 @@ named profile. Messages name where the credentials came from, never the credenti
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any
 
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
 from clustermgr.config import ProviderSettings
-from clustermgr.errors import ErrorKind, ProviderError
-from clustermgr.providers.aws_errors import AwsFailure, classify
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
 MAX_ATTEMPTS = 4  # botocore attempts per call (it retries 5xx and throttling itself)
 MAX_WORKERS = 16  # concurrent calls the provider makes (CreateTags)
-T = TypeVar("T")
 
 CREDENTIAL_METHODS = {
     "env": "environment",
@@ -100,33 +96,3 @@ class AwsClients:
             else:
                 self._source = CREDENTIAL_METHODS.get(found.method, found.method)
         return self._source
-
-    def auth_error(self, failure: AwsFailure) -> ProviderError:
-        return ProviderError(
-            ErrorKind.AUTH,
-            f"credentials rejected ({self.credential_source()}): {failure.message}",
-            provider=self.name,
-            code=failure.code,
-        )
-
-    def error(self, exc: BaseException, what: str) -> ProviderError:
-        failure = classify(exc)
-        if failure.kind is ErrorKind.AUTH:
-            return self.auth_error(failure)
-        return ProviderError(
-            failure.kind, f"{what}: {failure.message}", provider=self.name, code=failure.code
-        )
-
-    def call(self, what: str, fn: Callable[[], T]) -> T:
-        """Run SDK calls; every botocore failure becomes a one-line ProviderError."""
-        try:
-            return fn()
-        except (ClientError, BotoCoreError) as exc:
-            raise self.error(exc, what) from None
-
-    def failure(self, exc: BaseException) -> AwsFailure:
-        """A failure to report in a LaunchResult; AUTH is raised instead."""
-        failure = classify(exc)
-        if failure.kind is ErrorKind.AUTH:
-            raise self.auth_error(failure) from None
-        return failure

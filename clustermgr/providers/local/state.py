@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.providers.local.errors import auth_error
 
 INSTANCES_FILE = "instances.json"
 FAULTS_FILE = "faults.json"
@@ -185,10 +186,6 @@ def check_state_dir(directory: Path) -> None:
         )
     if not os.access(directory, os.W_OK | os.X_OK):
         raise auth_error(f"state dir {directory} is not writable")
-
-
-def auth_error(message: str) -> ProviderError:
-    return ProviderError(ErrorKind.AUTH, message, provider="local", code="NotAuthorized")
 
 
 @contextlib.contextmanager
