@@ -26,6 +26,7 @@ lint: setup
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 
 test: lint
 	$(VENV)/bin/pytest $(PYTEST_ARGS)
@@ -34,7 +35,7 @@ test-unit: setup
 	$(VENV)/bin/pytest -m unit -q
 
 demo: setup
-	$(PY) -m clustermgr.demo
+	$(PY) -m tests.labs.demo
 
 bench: setup
 	$(PY) bench/bench_cli.py

@@ -15,9 +15,9 @@ import pytest
 
 from clustermgr.providers.base import InstanceState, LaunchSpec
 from clustermgr.providers.local import LocalProvider
-from clustermgr.providers.local_net import NETNS_DIR, netns_name
-from clustermgr.testing.slurmlab import NodeGroup, Partition, SlurmLab, pid_alive
+from clustermgr.providers.local.net import NETNS_DIR, netns_name
 from tests.fakes.local_harness import lab_on_bridge, settings_for, skip_unless_possible
+from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab, pid_alive
 
 pytestmark = pytest.mark.integration
 

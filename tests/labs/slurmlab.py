@@ -209,7 +209,7 @@ def _wait(condition: Callable[[], bool], timeout: float, what: str) -> None:
 def free_port(address: str = "127.0.0.1") -> int:
     """A TCP port nothing listens on right now (slurmctld binds 0.0.0.0)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("0.0.0.0", 0))  # noqa: S104 - probing, closed at once
+        sock.bind(("0.0.0.0", 0))
         port: int = sock.getsockname()[1]
         return port
 

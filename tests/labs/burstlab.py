@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from clustermgr.testing.slurmlab import NodeGroup, Partition, SlurmLab
+from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
 
 HOOKS = ("resume", "suspend", "resume-fail")
 
@@ -252,7 +252,28 @@ metrics_port = {s.metrics_port}
             if done():
                 return cycles
             time.sleep(pause_s)
-        raise TimeoutError(f"not done after {cycles} cycles in {timeout_s:.0f} s")
+        raise TimeoutError(
+            f"not done after {cycles} cycles in {timeout_s:.0f} s\n{self.diagnosis()}"
+        )
+
+    def diagnosis(self) -> str:
+        """What a person would look at first when a burst does not finish: the queue, the
+        nodes as Slurm and as clustermgr see them, and the last cycle's output."""
+        assert self.lab is not None
+        parts = []
+        for argv in (
+            ["squeue", "-h", "-o", "%i %T %r %N"],
+            ["sinfo", "-N", "-h", "-o", "%N %T %o %E"],
+        ):
+            parts.append(self.lab.run(*argv, check=False).stdout)
+        parts.append(self.clustermgr("nodes", "list", check=False).stdout)
+        process = self.lab._process
+        if process is not None and process.poll() is not None:
+            parts.append(f"slurmctld exited ({process.returncode})")
+        parts.append("slurmctld log: " + self.lab.log_tail(40))
+        last = self.cm_scale_once()
+        parts.append(last.stdout[-2000:] + last.stderr[-3000:])
+        return "\n".join(parts)
 
     # --- tear-down -----------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""`make demo`: the bursting demo, end to end, on this machine (root, Debian 12).
+"""`make demo` (`python -m tests.labs.demo` from the repository root): the bursting demo,
+end to end, on this machine (root, Debian 12).
 
 A real slurmctld with a GPU cloud partition whose nodes are local-provider instances
 (a slurmd in its own network namespace each), cm-scale running as a daemon, a burst of
@@ -19,7 +20,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from clustermgr.testing.burstlab import BurstLab, BurstLabSpec
+from tests.labs.burstlab import BurstLab, BurstLabSpec
 
 JOB_TIMEOUT_S = 420
 SCALE_DOWN_TIMEOUT_S = 300
@@ -81,7 +82,7 @@ def observe_instances(lab: BurstLab, seen: dict[str, int | None]) -> None:
 
 def leftovers(seen: dict[str, int | None]) -> list[str]:
     """Namespaces or slurmd processes of the demo's instances that still exist."""
-    from clustermgr.providers.local_net import netns_exists, netns_name
+    from clustermgr.providers.local.net import netns_exists, netns_name
 
     left = [f"netns {netns_name(iid)}" for iid in seen if netns_exists(iid)]
     left += [f"pid {pid}" for pid in seen.values() if pid and Path(f"/proc/{pid}").exists()]
