@@ -1,14 +1,12 @@
 """Instance-type facts cached in the database, with hourly prices from the config.
 
-The budget policy and the simulator read prices and billing rules from here, so a cycle
-never asks a cloud API what an instance type is.
+`clustermgr providers catalog` reads instance types from here, so nothing asks a cloud API
+what an instance type is on a command's path. Prices and billing rules live in pricing.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 
 from sqlalchemy import delete, select
@@ -16,13 +14,8 @@ from sqlalchemy.orm import Session
 
 from clustermgr.config import Settings
 from clustermgr.db.models import InstanceTypeRow
+from clustermgr.pricing import Price
 from clustermgr.providers.base import InstanceType
-
-
-@dataclass(frozen=True)
-class Price:
-    on_demand: float | None
-    spot: float | None
 
 
 def configured_prices(settings: Settings, provider: str) -> dict[str, Price]:
@@ -31,8 +24,7 @@ def configured_prices(settings: Settings, provider: str) -> dict[str, Price]:
     for template in settings.templates:
         if template.provider != provider:
             continue
-        for itype, price in template.prices.items():
-            prices[itype] = Price(price.on_demand, price.spot)
+        prices.update(template.price_table)
     return prices
 
 
@@ -72,15 +64,3 @@ def cached_catalog(
     if min_gpus is not None:
         query = query.where(InstanceTypeRow.gpu_count >= min_gpus)
     return list(session.scalars(query))
-
-
-def billed_seconds(billing: tuple[int, int], run_seconds: float) -> float:
-    """Seconds charged: rounded up to the billing increment, at least the minimum."""
-    increment, minimum = billing
-    charged = math.ceil(max(run_seconds, 0.0) / increment) * increment
-    return float(max(charged, minimum))
-
-
-def cost(billing: tuple[int, int], hourly_price: float, run_seconds: float) -> float:
-    """$ for one run under a provider's (increment, minimum) billing rule."""
-    return hourly_price * billed_seconds(billing, run_seconds) / 3600.0

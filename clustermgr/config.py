@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import re
 import tomllib
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -15,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from clustermgr.errors import ConfigError
 from clustermgr.hostlists import HostlistError, expand
+from clustermgr.pricing import DEFAULT_BILLING, BillingRule, Price
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -147,11 +149,13 @@ class ProviderSettings(StrictModel):
         return self
 
     @property
-    def billing(self) -> tuple[int, int]:
-        """(increment seconds, minimum seconds) of the provider's billing rule."""
-        defaults = {"aws": (1, 60), "azure": (60, 60), "openstack": (3600, 3600), "local": (1, 0)}
-        increment, minimum = defaults[self.type]
-        return (self.billing_increment_s or increment, self.billing_minimum_s or minimum)
+    def billing(self) -> BillingRule:
+        """The provider's billing rule: its type's default unless the config overrides it."""
+        increment, minimum = DEFAULT_BILLING[self.type]
+        return BillingRule(
+            self.billing_increment_s or increment,
+            minimum if self.billing_minimum_s is None else self.billing_minimum_s,
+        )
 
 
 class InstancePrice(StrictModel):
@@ -209,6 +213,11 @@ class TemplateSettings(StrictModel):
         return expand(self.nodes)
 
     @property
+    def price_table(self) -> dict[str, Price]:
+        """Hourly prices per instance type, as the one price type the cost code uses."""
+        return {itype: Price(p.on_demand, p.spot) for itype, p in self.prices.items()}
+
+    @property
     def node_limit(self) -> int:
         return len(self.node_names) if self.max_nodes is None else self.max_nodes
 
@@ -233,6 +242,8 @@ class DaemonSettings(StrictModel):
     heartbeat_stale_s: float = Field(120.0, gt=0)
     metrics_address: str = "127.0.0.1"
     metrics_port: int = Field(9464, ge=0, le=65535)
+    protect_after_failures: int = Field(10, ge=0)
+    protect_backoff_s: float = Field(1800.0, ge=0)
 
 
 class Settings(StrictModel):
@@ -360,3 +371,8 @@ def _dotted(loc: tuple[int | str, ...], data: dict[str, Any]) -> str:
         except (KeyError, IndexError, TypeError):
             node = None
     return "".join(parts)
+
+
+def slurm_features(extra: Sequence[str], provider: str, region: str, template: str) -> list[str]:
+    """The Features= of a template's nodes: its own plus provider, region and template."""
+    return list(dict.fromkeys([*extra, provider, region, template]))

@@ -34,6 +34,7 @@ from clustermgr.errors import ClusterMgrError, ErrorKind
 from clustermgr.leader import LeaderLock, make_lock
 from clustermgr.lifecycle import ACTIVE_CLOUD_STATES
 from clustermgr.metrics import Metrics, pending_gpus
+from clustermgr.pricing import price_of
 from clustermgr.scaling.engine import CycleReport, Engine
 from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET, ensure_spool
 
@@ -56,6 +57,7 @@ class Daemon:
         self.stop_event = threading.Event()
         self.reload_event = threading.Event()
         self.last_report: CycleReport | None = None
+        self.current_hourly_cost = 0.0  # set once per cycle, read by the heartbeat
         self.standby_until = 0.0  # after losing leadership, let a standby take over
         self.scheduler = BackgroundScheduler(timezone=UTC)
 
@@ -228,9 +230,11 @@ class Daemon:
             ):
                 counts[(state, template or "", provider or "")] += 1
         self.metrics.observe_nodes(counts)
-        self.metrics.hourly_cost.set(self.hourly_cost())
+        self.current_hourly_cost = self.hourly_cost()
+        self.metrics.hourly_cost.set(self.current_hourly_cost)
 
     def hourly_cost(self) -> float:
+        """$/hour of every cloud node holding an instance now (the one pricing function)."""
         total = 0.0
         with self.db.session() as session:
             rows = session.execute(
@@ -243,10 +247,7 @@ class Daemon:
                     template = self.settings.template(template_name or "")
                 except ClusterMgrError:
                     continue
-                price = template.prices.get(itype or template.instance_types[0])
-                if price is not None:
-                    spot = market == "spot" and price.spot is not None
-                    total += price.spot if spot and price.spot is not None else price.on_demand
+                total += price_of(template.price_table, template.instance_types, itype, market)
         return total
 
     def heartbeat(self) -> None:
@@ -275,7 +276,7 @@ class Daemon:
                 if view is not None:
                     row.pending_jobs = sum(j.array_tasks for j in view.pending)
                     row.pending_gpus = pending_gpus(view)
-                row.hourly_cost = self.hourly_cost()
+                row.hourly_cost = self.current_hourly_cost
                 session.add(row)
         except ClusterMgrError as exc:
             log.warning("heartbeat not recorded in the database: %s", exc)

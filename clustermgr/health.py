@@ -24,11 +24,11 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from clustermgr.reasons import HEALTH, Reason
 from clustermgr.workload.base import parse_gpu_gres, reason_arg
 
 QUERY = "name,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure"
 MARKER_DIR = Path("/run/clustermgr/health")
-HEALTH_CODE = "(Code:HEALTH)"
 EXTRA_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
 
@@ -202,8 +202,12 @@ def health_check(node: str, slurm_bin: Path, marker_dir: Path = MARKER_DIR) -> H
         return HealthResult(node, True, (), boot, "none")
     detail = "; ".join(problems)[:200]
     if boot:
-        reason, state, action = f"{HEALTH_CODE} boot: {detail}", "POWER_DOWN_FORCE", "power-down"
+        reason, state, action = (
+            str(Reason(HEALTH, f"boot: {detail}")),
+            "POWER_DOWN_FORCE",
+            "power-down",
+        )
     else:
-        reason, state, action = f"{HEALTH_CODE} {detail}", "DRAIN", "drain"
+        reason, state, action = str(Reason(HEALTH, detail)), "DRAIN", "drain"
     run([scontrol, "update", f"nodename={node}", f"state={state}", reason_arg(reason)])
     return HealthResult(node, True, tuple(problems), boot, action)

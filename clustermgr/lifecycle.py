@@ -64,6 +64,7 @@ def transition(
     in ALLOWED. A move to the state the node is already in is not a transition: no-op.
     """
     from clustermgr.db.models import NodeEvent
+    from clustermgr.reasons import kind_of
 
     old = NodeState(node.state)
     if old is new:
@@ -78,7 +79,14 @@ def transition(
     node.state_reason = reason
     node.state_since = at
     node.updated_at = at
-    event = NodeEvent(at=at, old_state=old.value, new_state=new.value, reason=reason, actor=actor)
+    event = NodeEvent(
+        at=at,
+        old_state=old.value,
+        new_state=new.value,
+        reason=reason,
+        reason_kind=kind_of(reason),
+        actor=actor,
+    )
     session = object_session(node)
     if session is not None and node.id is not None:
         # add the row directly: appending to node.events would first load the whole history

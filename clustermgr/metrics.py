@@ -8,11 +8,11 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 from prometheus_client import Counter as PromCounter
 
-if TYPE_CHECKING:
-    from clustermgr.scaling.engine import CycleReport
-    from clustermgr.scaling.view import ClusterView
+from clustermgr.reasons import kind_of
 
-FAILURE_KIND = "(Code:"
+if TYPE_CHECKING:
+    from clustermgr.policy.view import ClusterView
+    from clustermgr.scaling.engine import CycleReport
 
 
 class Metrics:
@@ -45,6 +45,12 @@ class Metrics:
         self.hourly_cost = Gauge(
             "clustermgr_estimated_hourly_cost_dollars", "Running cloud nodes, $/hour", registry=r
         )
+        self.protected = Gauge(
+            "clustermgr_template_protected",
+            "1 while a template is in protected mode (launch/boot failures in a row)",
+            ["template"],
+            registry=r,
+        )
         self.leader = Gauge("clustermgr_leader", "1 when this daemon is the leader", registry=r)
         self.last_cycle = Gauge(
             "clustermgr_last_cycle_timestamp_seconds", "End of the last cycle", registry=r
@@ -54,6 +60,7 @@ class Metrics:
         """Create every labelled series at zero, so dashboards see them before any event."""
         for template, provider in templates:
             self.launches.labels(template, provider).inc(0)
+            self.protected.labels(template).set(0)
             self.terminations.labels(template, provider).inc(0)
         for kind in kinds:
             self.errors.labels(kind=kind).inc(0)
@@ -81,11 +88,13 @@ class Metrics:
             if template:
                 self.terminations.labels(template.name, template.provider).inc()
         for reason in report.failed.values():
-            if reason.startswith(FAILURE_KIND):
-                self.errors.labels(kind=reason[len(FAILURE_KIND) :].split(")")[0]).inc()
+            kind = kind_of(reason)
+            if kind:
+                self.errors.labels(kind=kind).inc()
         self.pending_jobs.set(sum(j.array_tasks for j in view.pending))
         self.pending_gpus.set(pending_gpus(view))
-        self.hourly_cost.set(view.hourly_rate())
+        for template in view.templates.values():
+            self.protected.labels(template.name).set(1 if template.protected else 0)
 
     def observe_nodes(self, counts: Counter[tuple[str, str, str]]) -> None:
         self.nodes.clear()

@@ -5,10 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from clustermgr.config import Settings, TemplateSettings
+from clustermgr.config import Settings, TemplateSettings, slurm_features
 from clustermgr.db.models import InstanceTypeRow
 from clustermgr.hostlists import compress
-from clustermgr.scaling.observe import slurm_features
 from clustermgr.workload.base import WorkloadNode
 
 HOOKS = {

@@ -6,8 +6,7 @@ import math
 from dataclasses import replace
 from datetime import datetime
 
-from clustermgr.policy.base import Refusal, ScaleDecision
-from clustermgr.scaling.view import ClusterView
+from clustermgr.policy import ClusterView, Refusal, ScaleDecision
 
 
 class BudgetCap:

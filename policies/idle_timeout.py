@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from clustermgr.lifecycle import NodeState
-from clustermgr.policy.base import ScaleDecision, Stop
-from clustermgr.scaling.view import ClusterView, NodeView, TemplateView
+from clustermgr.policy import ClusterView, NodeState, NodeView, ScaleDecision, Stop, TemplateView
 
 
 class IdleTimeout:
@@ -42,9 +40,9 @@ class IdleTimeout:
         if node.launched_at is None:
             return True
         elapsed = (view.now - node.launched_at).total_seconds()
-        if elapsed < template.billing_minimum_s - self.margin_s:
+        if elapsed < template.billing.minimum_s - self.margin_s:
             return False
-        increment = template.billing_increment_s
+        increment = template.billing.increment_s
         if increment <= 60:
             return True
         left_in_period = increment - (elapsed % increment)

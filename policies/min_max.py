@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from clustermgr.policy.base import Launch, Refusal, ScaleDecision
-from clustermgr.scaling.view import ClusterView
+from clustermgr.policy import ClusterView, Launch, Refusal, ScaleDecision
 
 
 class MinMax:

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from clustermgr.policy.base import ScaleDecision
-from clustermgr.scaling.view import ClusterView
+from clustermgr.policy import ClusterView, ScaleDecision
 
 
 class OnpremFirst:

@@ -6,11 +6,20 @@ import math
 from collections import defaultdict
 from dataclasses import replace
 
-from clustermgr.lifecycle import NodeState
-from clustermgr.policy.base import Launch, ScaleDecision
-from clustermgr.scaling.fit import copies_per_node, lacks_resources, serving_templates, why_not
-from clustermgr.scaling.view import ClusterView, TemplateView
-from clustermgr.workload.base import PendingJob
+from clustermgr.policy import (
+    ClusterView,
+    JobShape,
+    Launch,
+    NodeState,
+    PendingJob,
+    ScaleDecision,
+    TemplateView,
+    copies_per_node,
+    job_shape,
+    lacks_resources,
+    serving_templates,
+    why_not,
+)
 
 COMING = (NodeState.REQUESTED, NodeState.LAUNCHING, NodeState.BOOTING)
 
@@ -35,22 +44,13 @@ class QueueDepth:
         slots: dict[str, float] = defaultdict(float)
         jobs: dict[str, list[str]] = defaultdict(list)
         unfit: dict[str, str] = {}
-        choices: dict[tuple[object, ...], tuple[TemplateView | None, str]] = {}
+        choices: dict[JobShape, tuple[TemplateView | None, str]] = {}
         for job in view.pending:
             if job.job_id in decision.held or not lacks_resources(job):
                 continue
             if view.pending_age(job).total_seconds() < self.min_pending_s:
                 continue
-            shape = (
-                job.partition,
-                job.nodes,
-                job.cpus_per_node,
-                job.memory_per_node_mb,
-                job.gpus_per_node,
-                job.gpus_per_job,
-                job.gpu_model,
-                job.features,
-            )
+            shape = job_shape(job)
             if shape not in choices:  # many jobs share a shape: decide the fit once
                 choices[shape] = self.choose(job, view)
             template, why = choices[shape]
@@ -90,4 +90,7 @@ class QueueDepth:
             return None, "; ".join(why for _, why in reasons if why)
         # Slurm itself resumes nodes of "slurm"-mode templates: no launch from here
         policy_mode = [t for t in fitting if t.demand_mode == "policy"]
-        return (policy_mode[0] if policy_mode else None), ""
+        # a protected template launches nothing: ask the next one (if all are, the refusal
+        # with the protection's reason tells users why their jobs wait)
+        healthy = [t for t in policy_mode if not t.protected] or policy_mode
+        return (healthy[0] if healthy else None), ""

@@ -6,8 +6,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from datetime import datetime, timedelta
 
-from clustermgr.policy.base import Launch, ScaleDecision
-from clustermgr.scaling.view import ClusterView
+from clustermgr.policy import ClusterView, Launch, ScaleDecision
 
 
 class SpotFallback:

@@ -109,7 +109,7 @@ def refuse_on_mismatch(app: object) -> None:
 
 def print_plan(engine: object, as_json: bool) -> None:
     from clustermgr.cli.output import emit
-    from clustermgr.cli.plan_output import PLAN_KEYS, plan_rows
+    from clustermgr.cli.plan_output import PLAN_KEYS, cycle_rows
     from clustermgr.scaling.engine import Engine
 
     assert isinstance(engine, Engine)
@@ -117,7 +117,7 @@ def print_plan(engine: object, as_json: bool) -> None:
     if report.error:
         raise ClusterMgrError(report.error)
     assert report.plan is not None
-    emit(plan_rows(report.plan), PLAN_KEYS, as_json, "Plan")
+    emit(cycle_rows(report.plan, report.judgment), PLAN_KEYS, as_json, "Plan")
 
 
 def main() -> None:

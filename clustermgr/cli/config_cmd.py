@@ -27,13 +27,17 @@ def check(app: AppContext, no_slurm: bool) -> None:
     slurm.conf); exit 1 when Slurm cannot be asked.
     """
     from clustermgr.paths import config_path
+    from clustermgr.policy.loader import load_chain
 
     settings = app.settings()
+    load_chain(list(settings.policy.chain))  # a policy that cannot load: one line, exit 2
     slots = sum(len(t.node_names) for t in settings.templates)
     click.echo(
         f"{config_path(app.config_path)}: OK ({len(settings.providers)} providers, "
         f"{len(settings.templates)} templates, {slots} cloud node slots)"
     )
+    names = ", ".join(ref.name for ref in settings.policy.chain) or "none"
+    click.echo(f"policy chain: {names}: every policy loads with its options")
     if no_slurm:
         return
     problems = slurm_mismatches(app)
@@ -62,7 +66,10 @@ def cached_types(app: AppContext) -> list[InstanceTypeRow]:
     from clustermgr.errors import DatabaseError
 
     try:
-        with app.database().session() as session:
+        database = app.existing_database()
+        if database is None:
+            return []
+        with database.session() as session:
             return cached_catalog(session)
     except DatabaseError:
         return []

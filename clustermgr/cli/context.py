@@ -36,21 +36,71 @@ class AppContext:
             return None
         return self.settings()
 
-    def database(self, *, check_schema: bool = True) -> Database:
+    def database(self, *, check_schema: bool = True, validate_config: bool = True) -> Database:
+        """The database; `validate_config=False` (read-only listings) reads a plain [database]
+        table without validating the rest of the config, as when --db gives the URL."""
         if self._db is None:
-            from clustermgr.db.engine import Database, resolve_db_url
+            from clustermgr.db.engine import Database
 
-            config_url, timeout = None, 30.0
-            if not (self.db_url or os.environ.get("CLUSTERMGR_DB")) or self._settings:
-                # the config is read only when it decides the URL (or is loaded anyway)
+            url, timeout = self._database_url(validate_config)
+            self._db = Database(url, timeout)
+        if check_schema:
+            self._db.require_current_schema()
+        return self._db
+
+    def existing_database(self) -> Database | None:
+        """The database for what only adds to a read-only answer (the cached catalog, failure
+        counts): None while it is a SQLite file that does not exist, so a look never leaves
+        an empty database (or its directory) behind."""
+        if self._db is None:
+            from pathlib import Path
+
+            from sqlalchemy import make_url
+
+            url, _ = self._database_url(validate_config=True)
+            parsed = make_url(url)
+            if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").exists():
+                return None
+        return self.database()
+
+    def _database_url(self, validate_config: bool) -> tuple[str, float]:
+        from clustermgr.db.engine import resolve_db_url
+
+        config_url, timeout = None, 30.0
+        if not (self.db_url or os.environ.get("CLUSTERMGR_DB")) or self._settings:
+            # the config is read only when it decides the URL (or is loaded anyway)
+            plain = None if validate_config or self._settings else self._plain_database()
+            if plain is not None:
+                config_url, timeout = plain
+            else:
                 settings = self.settings_if_any()
                 if settings is not None:
                     config_url = settings.database.url
                     timeout = settings.database.busy_timeout_s
-            self._db = Database(resolve_db_url(self.db_url, config_url), timeout)
-        if check_schema:
-            self._db.require_current_schema()
-        return self._db
+        return resolve_db_url(self.db_url, config_url), timeout
+
+    def _plain_database(self) -> tuple[str | None, float] | None:
+        """[database] url and busy_timeout_s straight from the TOML (no pydantic import, ~0.1 s)
+        when they are plainly valid; None for anything else, which full validation reports."""
+        import tomllib
+
+        from clustermgr.paths import config_path
+
+        path = config_path(self.config_path)
+        if self.config_path is None and not path.exists():
+            return None
+        try:
+            table = tomllib.loads(path.read_text(encoding="utf-8")).get("database", {})
+        except (OSError, ValueError):
+            return None
+        if not isinstance(table, dict) or not set(table) <= {"url", "busy_timeout_s"}:
+            return None
+        url, timeout = table.get("url"), table.get("busy_timeout_s", 30.0)  # config.py defaults
+        if url is not None and not isinstance(url, str):
+            return None
+        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
+            return None
+        return url, float(timeout)
 
     def close(self) -> None:
         if self._db is not None:

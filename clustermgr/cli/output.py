@@ -18,7 +18,10 @@ def _default(value: Any) -> Any:
 def emit_json(rows: Sequence[Mapping[str, Any]] | Mapping[str, Any]) -> None:
     """Indented for a terminal; compact (and C-encoded, so fast) when piped."""
     indent = 2 if sys.stdout.isatty() else None
-    payload = dict(rows) if isinstance(rows, Mapping) else [dict(row) for row in rows]
+    if isinstance(rows, Mapping):
+        payload: Any = dict(rows)
+    else:
+        payload = [row if type(row) is dict else dict(row) for row in rows]
     sys.stdout.write(json.dumps(payload, indent=indent, default=_default))
     sys.stdout.write("\n")
 

@@ -5,8 +5,43 @@ from __future__ import annotations
 from typing import Any
 
 from clustermgr.scaling.clamp import Plan
+from clustermgr.scaling.reconcile import Judgment
 
 PLAN_KEYS = ("action", "target", "count", "market", "reason")
+SHOWN_JOBS = 8
+
+
+def job_list(jobs: tuple[str, ...]) -> str:
+    shown = ",".join(jobs[:SHOWN_JOBS])
+    more = f" (+{len(jobs) - SHOWN_JOBS} more)" if len(jobs) > SHOWN_JOBS else ""
+    return f"job{'s' if len(jobs) > 1 else ''} {shown}{more}"
+
+
+def verdict_rows(judgment: Judgment) -> list[dict[str, Any]]:
+    """What reconcile found, as the same rows: one per node verdict that changes something,
+    one per orphan sweep and per interrupted launch re-issued."""
+    rows: list[dict[str, Any]] = [
+        {
+            "action": f"verdict:{judged.verdict}",
+            "target": judged.node,
+            "count": 1,
+            "market": None,
+            "reason": judged.reason
+            or f"{judged.state.value}, cloud {judged.cloud}, Slurm {judged.slurm}",
+        }
+        for judged in judgment.acting
+    ]
+    rows.extend(
+        {
+            "action": "verdict:orphan",
+            "target": provider,
+            "count": len(ids),
+            "market": None,
+            "reason": "terminate instances no node holds: " + ",".join(ids),
+        }
+        for provider, ids in sorted(judgment.orphans.items())
+    )
+    return rows
 
 
 def plan_rows(plan: Plan) -> list[dict[str, Any]]:
@@ -35,16 +70,25 @@ def plan_rows(plan: Plan) -> list[dict[str, Any]]:
         }
         for r in plan.refusals
     )
-    rows.extend(
-        {"action": "hold", "target": f"job {job}", "count": None, "market": None, "reason": why}
-        for job, why in sorted(plan.held.items())
-    )
-    rows.extend(
-        {"action": "unfit", "target": f"job {job}", "count": None, "market": None, "reason": why}
-        for job, why in sorted(plan.unfit.items())
-    )
+    for fate in plan.jobs:
+        if fate.status == "launch":
+            continue  # the launch rows name them
+        rows.append(
+            {
+                "action": fate.status,
+                "target": job_list(fate.jobs),
+                "count": len(fate.jobs),
+                "market": None,
+                "reason": fate.reason,
+            }
+        )
     rows.extend(
         {"action": "note", "target": "-", "count": None, "market": None, "reason": note}
         for note in plan.notes
     )
     return rows
+
+
+def cycle_rows(plan: Plan, judgment: Judgment | None) -> list[dict[str, Any]]:
+    """A dry run's output: the verdicts, then the plan."""
+    return (verdict_rows(judgment) if judgment else []) + plan_rows(plan)

@@ -19,7 +19,7 @@ def policy() -> None:
 @click.pass_obj
 def dry_run(app: AppContext, only: str | None, as_json: bool) -> None:
     """Observe Slurm and the clouds, run the policy chain, print the plan; change nothing."""
-    from clustermgr.cli.plan_output import PLAN_KEYS, plan_rows
+    from clustermgr.cli.plan_output import PLAN_KEYS, cycle_rows
     from clustermgr.config import PolicyRef
     from clustermgr.errors import ClusterMgrError
     from clustermgr.scaling.engine import Engine
@@ -35,4 +35,4 @@ def dry_run(app: AppContext, only: str | None, as_json: bool) -> None:
     if report.error:
         raise ClusterMgrError(report.error)
     assert report.plan is not None
-    emit(plan_rows(report.plan), PLAN_KEYS, as_json, "Plan")
+    emit(cycle_rows(report.plan, report.judgment), PLAN_KEYS, as_json, "Plan")

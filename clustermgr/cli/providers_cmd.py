@@ -89,8 +89,22 @@ def templates() -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def list_templates(app: AppContext, as_json: bool) -> None:
-    """Configured templates."""
+    """Configured templates, with their launch/boot failures in a row and protection."""
+    from datetime import UTC, datetime
+
+    from clustermgr.errors import ClusterMgrError
+    from clustermgr.scaling.protection import TemplateHealth, template_health
+
     settings = app.settings()
+    health: dict[str, TemplateHealth] = {}
+    try:  # the configuration alone lists the templates; the database adds their health
+        database = app.existing_database()
+        if database is not None:
+            with database.session() as session:
+                now = datetime.now(UTC)
+                health = {h.template: h for h in template_health(session, settings, now)}
+    except ClusterMgrError as exc:
+        click.echo(f"clustermgr: no failure counts ({exc})", err=True)
     rows = [
         {
             "name": t.name,
@@ -106,11 +120,48 @@ def list_templates(app: AppContext, as_json: bool) -> None:
             "gpus": t.gpus,
             "market": t.market,
             "demand_mode": t.demand_mode,
+            "failures_in_a_row": health[t.name].failures if t.name in health else None,
+            "protected": health[t.name].protected is not None if t.name in health else None,
+            "protected_reason": health[t.name].protected if t.name in health else None,
         }
         for t in settings.templates
     ]
-    columns = ("name", "provider", "partition", "nodes", "instance_types", "gpus", "market")
+    columns = (
+        "name",
+        "provider",
+        "partition",
+        "nodes",
+        "instance_types",
+        "gpus",
+        "market",
+        "failures_in_a_row",
+        "protected",
+    )
     emit(rows, columns, as_json, "Templates")
+
+
+@templates.command("reset")
+@click.argument("name")
+@click.pass_obj
+def reset_template(app: AppContext, name: str) -> None:
+    """Clear a template's protected mode: it launches again at the next cycle."""
+    from datetime import UTC, datetime
+
+    from clustermgr.db.models import ClusterEvent
+    from clustermgr.scaling.protection import RESET_EVENT
+
+    settings = app.settings()
+    settings.template(name)  # one clear line (exit 2) for an unknown name
+    with app.database().session() as session:
+        session.add(
+            ClusterEvent(
+                at=datetime.now(UTC),
+                kind=RESET_EVENT,
+                source="clustermgr templates reset",
+                message=name,
+            )
+        )
+    click.echo(f"{name}: failure count cleared; it may launch again at the next cycle")
 
 
 @click.command()

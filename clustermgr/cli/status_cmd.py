@@ -3,18 +3,29 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from clustermgr.cli.context import AppContext
 from clustermgr.cli.output import emit_json
+from clustermgr.pricing import BillingRule
+
+if TYPE_CHECKING:
+    from clustermgr.config import Settings
+
+
+def billing_of(settings: Settings, provider: str) -> BillingRule:
+    """A run's billing rule: its provider's, or per-second when the provider left the config."""
+    known = {p.name: p for p in settings.providers}
+    return known[provider].billing if provider in known else BillingRule(1, 0)
 
 
 def collect_status(app: AppContext) -> dict[str, Any]:
     from sqlalchemy import func, select
 
     from clustermgr.db.models import DaemonStatus, InstanceRun, Node
+    from clustermgr.scaling.protection import template_health
 
     settings = app.settings()
     stale_s = settings.daemon.heartbeat_stale_s
@@ -52,8 +63,14 @@ def collect_status(app: AppContext) -> dict[str, Any]:
             select(func.count(InstanceRun.id), func.coalesce(func.sum(InstanceRun.cost), 0.0))
         ).one()
         open_runs = list(session.scalars(select(InstanceRun).where(InstanceRun.ended_at.is_(None))))
+        protected = {
+            h.template: h.protected
+            for h in template_health(session, settings, now)
+            if h.protected is not None
+        }
     running_cost = sum(
-        r.hourly_price * (now - r.started_at).total_seconds() / 3600 for r in open_runs
+        billing_of(settings, r.provider).cost(r.hourly_price, (now - r.started_at).total_seconds())
+        for r in open_runs
     )
     leader = next((d for d in daemons if d["alive"] and d["role"] in ("leader", "once")), None)
     return {
@@ -66,6 +83,7 @@ def collect_status(app: AppContext) -> dict[str, Any]:
         "nodes": by_template,
         "instances_launched": int(runs[0]),
         "cost_total": round(float(runs[1] or 0.0) + running_cost, 4),
+        "protected_templates": protected,
     }
 
 
@@ -99,6 +117,8 @@ def status(app: AppContext, as_json: bool) -> None:
     for template, states in sorted(data["nodes"].items()):
         counts = ", ".join(f"{state} {count}" for state, count in sorted(states.items()))
         click.echo(f"{template}: {counts}")
+    for template, reason in sorted(data["protected_templates"].items()):
+        click.echo(f"{template}: PROTECTED {reason}")
     click.echo(
         f"instances launched: {data['instances_launched']}, cost so far ${data['cost_total']:.2f}"
     )

@@ -142,13 +142,17 @@ class Node(Base):
 
 class NodeEvent(Base):
     __tablename__ = "node_events"
-    __table_args__ = (Index("ix_node_events_at", "at"),)
+    __table_args__ = (
+        Index("ix_node_events_at", "at"),
+        Index("ix_node_events_reason_kind", "reason_kind"),
+    )
     id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
     node_id: Mapped[int] = mapped_column(ForeignKey("nodes.id", ondelete="CASCADE"), index=True)
     at: Mapped[datetime] = mapped_column(default=utcnow)
     old_state: Mapped[str] = mapped_column(String(16))
     new_state: Mapped[str] = mapped_column(String(16))
     reason: Mapped[str] = mapped_column(Text, default="")
+    reason_kind: Mapped[str | None] = mapped_column(String(32))
     actor: Mapped[str] = mapped_column(String(64))
 
     node: Mapped[Node] = relationship(back_populates="events")

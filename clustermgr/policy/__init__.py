@@ -1,0 +1,51 @@
+"""The one face for policy authors: everything a policy reads or returns is importable here.
+
+    from clustermgr.policy import ClusterView, Launch, NodeState, ScaleDecision, Stop
+
+`ClusterView` (pure data: nodes, templates, pending and running jobs, prices, recent
+failures) goes in; a `ScaleDecision` (launches, stops, refusals, unfit and held jobs, notes)
+comes out. The fit helpers answer "does this job fit that template?" the same way for
+every policy and for `clustermgr policy dry-run`.
+"""
+
+from clustermgr.lifecycle import NodeState
+from clustermgr.policy.base import Policy
+from clustermgr.policy.decision import Launch, MarketChoice, Refusal, ScaleDecision, Stop
+from clustermgr.policy.fit import (
+    JobShape,
+    copies_per_node,
+    job_shape,
+    lacks_resources,
+    required_features,
+    serving_templates,
+    why_not,
+)
+from clustermgr.policy.view import ClusterView, LaunchFailure, NodeView, TemplateView
+from clustermgr.pricing import BillingRule, Price
+from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
+
+__all__ = [
+    "BillingRule",
+    "ClusterView",
+    "JobShape",
+    "Launch",
+    "LaunchFailure",
+    "MarketChoice",
+    "NodeState",
+    "NodeView",
+    "PendingJob",
+    "Policy",
+    "Price",
+    "Refusal",
+    "RunningJob",
+    "ScaleDecision",
+    "Stop",
+    "TemplateView",
+    "WorkloadNode",
+    "copies_per_node",
+    "job_shape",
+    "lacks_resources",
+    "required_features",
+    "serving_templates",
+    "why_not",
+]

@@ -1,76 +1,11 @@
-"""What a policy is: `decide(view) -> ScaleDecision`, pure (the same view, the same decision).
-
-Policies run as an ordered chain. Each one sees, in `view.proposed`, the decision the
-policies before it produced, and returns the decision as it wants it: add launches (demand),
-trim them (limits, budgets), change their market (spot fallback), or add stops (idle).
-"""
+"""What a policy is: `decide(view) -> ScaleDecision`, pure (the same view, the same decision)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, runtime_checkable
+from typing import ClassVar, Protocol, runtime_checkable
 
-if TYPE_CHECKING:
-    from clustermgr.scaling.view import ClusterView
-
-MarketChoice = Literal["spot", "on-demand"] | None
-
-
-@dataclass(frozen=True)
-class Launch:
-    """Start `count` nodes of `template` (None market: the template's own)."""
-
-    template: str
-    count: int
-    reason: str
-    market: MarketChoice = None
-    jobs: tuple[str, ...] = ()
-    nodes: tuple[str, ...] = ()  # specific slots (Slurm's resume requests); else any free ones
-
-
-@dataclass(frozen=True)
-class Stop:
-    node: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Refusal:
-    """A template's demand that a policy refused (budget, wait for on-prem): shown to users."""
-
-    template: str
-    reason: str
-    jobs: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True)
-class ScaleDecision:
-    launches: tuple[Launch, ...] = ()
-    stops: tuple[Stop, ...] = ()
-    refusals: tuple[Refusal, ...] = ()
-    unfit: Mapping[str, str] = field(default_factory=dict)  # job id -> why it fits no template
-    held: Mapping[str, str] = field(default_factory=dict)  # job id -> why not to burst for it
-    notes: tuple[str, ...] = ()
-
-    def launching(self, template: str | None = None) -> int:
-        return sum(x.count for x in self.launches if template in (None, x.template))
-
-    def add(self, *launches: Launch) -> ScaleDecision:
-        return replace(self, launches=self.launches + tuple(launches))
-
-    def stop(self, *stops: Stop) -> ScaleDecision:
-        known = {s.node for s in self.stops}
-        return replace(self, stops=self.stops + tuple(s for s in stops if s.node not in known))
-
-    def refuse(self, *refusals: Refusal) -> ScaleDecision:
-        return replace(self, refusals=self.refusals + tuple(refusals))
-
-    def hold(self, reasons: Mapping[str, str]) -> ScaleDecision:
-        return replace(self, held={**self.held, **reasons})
-
-    def note(self, *notes: str) -> ScaleDecision:
-        return replace(self, notes=self.notes + tuple(notes))
+from clustermgr.policy.decision import ScaleDecision
+from clustermgr.policy.view import ClusterView
 
 
 @runtime_checkable

@@ -12,8 +12,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any
 
-from clustermgr.policy.base import Launch, Policy, ScaleDecision, Stop
-from clustermgr.scaling.view import ClusterView
+from clustermgr.policy.base import Policy
+from clustermgr.policy.decision import Launch, ScaleDecision, Stop
+from clustermgr.policy.view import ClusterView
 
 
 @dataclass

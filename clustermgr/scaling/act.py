@@ -1,329 +1,301 @@
-"""Carry out a plan: launches, stops, failures. Every action is a recorded transition.
-
-Crash safety: nodes move to LAUNCHING with their request id *before* the cloud call
-commits anything, so a process killed mid-launch leaves a trail the next cycle follows
-(re-issuing the same request id is idempotent at every provider).
+"""The act phase: carry out the judgment (verdicts) and then the plan, from the snapshot the
+cycle already has. The only module that asks the actor to change anything.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from sqlalchemy import select
-from sqlalchemy.orm import Session
 
-from clustermgr.bootstrap import render_user_data
-from clustermgr.catalog import cost
 from clustermgr.config import Settings
-from clustermgr.db.engine import Database
-from clustermgr.db.models import InstanceRun, Node
-from clustermgr.errors import ErrorKind, ProviderError, WorkloadError
+from clustermgr.db.models import ClusterEvent, Node
+from clustermgr.hostlists import compress
 from clustermgr.lifecycle import NodeState, transition
-from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
-from clustermgr.scaling.clamp import LaunchOrder, StopOrder
-from clustermgr.workload.slurm import SlurmCli
+from clustermgr.policy.view import ClusterView
+from clustermgr.reasons import REFUSED, Reason
+from clustermgr.scaling.actor import HOLD_PREFIX, HOLD_REASON, Actor
+from clustermgr.scaling.clamp import LaunchOrder, Plan, StopOrder, new_request_id
+from clustermgr.scaling.observe import Snapshot
+from clustermgr.scaling.reconcile import Judgment
+from clustermgr.scaling.verdicts import FAILING, Judged, SlurmSeen, Verdict
+from clustermgr.workload.hooks import HookRequest, consume
 
 log = logging.getLogger(__name__)
-HOLD_REASON = "clustermgr: held until a policy launches it"
+SLURM_HAS_IT_DOWN = frozenset({SlurmSeen.POWERED_DOWN, SlurmSeen.POWERING_DOWN, SlurmSeen.MISSING})
 
 
 @dataclass
-class LaunchOutcome:
-    order: LaunchOrder
+class ActReport:
     launched: list[str] = field(default_factory=list)
-    failed: dict[str, str] = field(default_factory=dict)  # node -> (Code:KIND) reason
-    errors: list[LaunchError] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)
+    stopped: list[str] = field(default_factory=list)
+    registered: list[str] = field(default_factory=list)
+    adopted: list[str] = field(default_factory=list)
+    told: list[str] = field(default_factory=list)
+    orphans_terminated: list[str] = field(default_factory=list)
+    error: str | None = None
 
 
-class Actor:
-    def __init__(
-        self,
-        settings: Settings,
-        database: Database,
-        slurm: SlurmCli,
-        providers: Mapping[str, Provider],
-        clock: Callable[[], datetime],
-        actor: str = "cm-scale",
-    ):
-        self.settings = settings
-        self.db = database
-        self.slurm = slurm
-        self.providers = providers
-        self.clock = clock
-        self.actor = actor
-        self._controller_version: str | None = None
-
-    # --- launching ------------------------------------------------------------------------
-
-    def begin_launch(self, order: LaunchOrder) -> None:
-        """Record the intent (LAUNCHING + request id) before any cloud call."""
-        now = self.clock()
-        with self.db.session() as session:
-            for node in self._nodes(session, order.nodes):
-                transition(node, NodeState.LAUNCHING, order.reason, self.actor, now=now)
-                node.request_id = order.request_id
-                node.market = order.market
-                node.instance_id = None
-
-    def launch(self, order: LaunchOrder) -> LaunchOutcome:
-        """Call the provider and bind what started; the rest is failed with its reason."""
-        outcome = LaunchOutcome(order)
-        template = self.settings.template(order.template)
-        provider = self.providers.get(template.provider)
-        if provider is None:
-            error = LaunchError(ErrorKind.OTHER, "ProviderUnavailable", "provider not reachable")
-            return self._fail_all(outcome, error)
-        spec = self.spec(order)
-        try:
-            result = provider.launch(spec, len(order.nodes), order.request_id)
-        except ProviderError as exc:
-            error = LaunchError(exc.kind, exc.code or type(exc).__name__, str(exc.args[0]))
-            return self._fail_all(outcome, error)
-        outcome.errors = list(result.errors)
-        by_node = {
-            i.node_name: i for i in result.instances if i.node_name and i.node_name in order.nodes
+def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: ActReport) -> None:
+    """Verdicts first: what Slurm and the clouds already did is recorded before new work."""
+    record_facts(actor, snapshot, judgment)
+    failing = judgment.having(*FAILING)
+    reasons = {j.node: j.reason for j in failing}
+    actor.fail(reasons, tell_slurm=_slurm_not_down(failing))
+    out.failed.update(reasons)
+    finish_fail = judgment.having(Verdict.FINISH_FAIL)
+    actor.fail({j.node: j.reason for j in finish_fail}, tell_slurm=_slurm_not_down(finish_fail))
+    stops = judgment.having(Verdict.STOP)
+    actor.stop([StopOrder(j.node, j.reason) for j in stops])
+    out.stopped.extend(j.node for j in stops)
+    finish_stop = judgment.having(Verdict.FINISH_STOP)
+    stored = {j.node: _stored_reason(snapshot, j) for j in finish_stop}
+    actor.finish_stopping(stored, tell_slurm=_slurm_not_down(finish_stop))
+    adopt = judgment.having(Verdict.ADOPT)
+    for template in sorted({snapshot.nodes[j.node].template or "" for j in adopt}):
+        group = {
+            j.node: j.instance
+            for j in adopt
+            if snapshot.nodes[j.node].template == template and j.instance is not None
         }
-        self._bind(order, by_node)
-        outcome.launched = sorted(by_node)
-        missing = [n for n in order.nodes if n not in by_node]
-        if missing:
-            first = (
-                result.errors[0]
-                if result.errors
-                else LaunchError(
-                    ErrorKind.OTHER, "Incomplete", "the provider returned fewer instances"
+        actor.bind(template, group)
+        out.adopted.extend(sorted(group))
+    tell = sorted(out.adopted + judgment.names(Verdict.TELL_SLURM))
+    modes = {t.name: t.demand_mode for t in actor.settings.templates}
+    held = [
+        n
+        for n in tell
+        if modes.get(snapshot.nodes[n].template or "") == "policy" and _powered_down(snapshot, n)
+    ]
+    actor.tell_slurm(tell, power_up=held)
+    out.told = tell
+    out.orphans_terminated = actor.terminate_orphans(judgment.orphans)
+    if out.orphans_terminated:
+        record(actor, "orphan", "terminated " + ",".join(out.orphans_terminated))
+
+
+def record_facts(actor: Actor, snapshot: Snapshot, judgment: Judgment) -> None:
+    """Slurm's view onto the rows, and the verdicts that are only a state change, in one
+    transaction: REGISTER (BOOTING -> UP), RESUME (REQUESTED), DRAIN (DRAINING)."""
+    now = actor.clock()
+    changes = {j.node: j for j in judgment.having(Verdict.REGISTER, Verdict.RESUME, Verdict.DRAIN)}
+    names = sorted(set(judgment.facts) | set(changes))
+    with actor.db.session() as session:
+        for request in judgment.requests:
+            session.add(
+                ClusterEvent(
+                    at=now, kind="hook", source=f"slurm {request.kind}", message=describe(request)
                 )
             )
-            outcome.failed = {n: first.reason() for n in missing}
-        return outcome
-
-    def spec(self, order: LaunchOrder) -> LaunchSpec:
-        template = self.settings.template(order.template)
-        return LaunchSpec(
-            template=template.name,
-            instance_types=tuple(template.instance_types),
-            image=template.image,
-            node_names=order.nodes,
-            zones=tuple(template.zones),
-            subnets=tuple(template.subnets),
-            security_groups=tuple(template.security_groups),
-            market="spot" if order.market == "spot" else "on-demand",
-            max_spot_price=template.max_spot_price,
-            user_data=render_user_data(self.settings, template, self.controller_version()),
-            tags={},
-            instance_profile=template.instance_profile,
-            placement_group=template.placement_group,
-            key_name=template.key_name,
-            network=template.network,
-        )
-
-    def controller_version(self) -> str:
-        """slurmctld's version (asked once per actor), so nodes can check their slurmd."""
-        if self._controller_version is None:
-            try:
-                self._controller_version = self.slurm.config_values().get("SLURM_VERSION", "")
-            except WorkloadError:
-                self._controller_version = ""
-        return self._controller_version
-
-    def _fail_all(self, outcome: LaunchOutcome, error: LaunchError) -> LaunchOutcome:
-        outcome.errors = [error]
-        outcome.failed = {n: error.reason() for n in outcome.order.nodes}
-        return outcome
-
-    def _bind(self, order: LaunchOrder, instances: Mapping[str, CloudInstance]) -> None:
-        if not instances:
-            return
-        now = self.clock()
-        template = self.settings.template(order.template)
-        with self.db.session() as session:
-            for node in self._nodes(session, [n for n in order.nodes if n in instances]):
-                bind_instance(
-                    session,
-                    node,
-                    instances[node.name],
-                    template.name,
-                    now,
-                    self.actor,
-                    self.price_of(order.template, instances[node.name]),
-                )
-
-    def price_of(self, template_name: str, instance: CloudInstance) -> float:
-        template = self.settings.template(template_name)
-        price = template.prices.get(instance.instance_type)
-        if price is None:
-            return 0.0
-        if instance.lifecycle == "spot" and price.spot is not None:
-            return price.spot
-        return price.on_demand
-
-    def tell_slurm_launched(self, order: LaunchOrder, launched: Sequence[str]) -> None:
-        """Addresses first, then (policy mode) release the hold and power the nodes up."""
-        if not launched:
-            return
-        with self.db.session() as session:
-            addresses = {
-                n.name: n.private_address
-                for n in self._nodes(session, launched)
-                if n.private_address
-            }
-        for name, address in sorted(addresses.items()):
-            self.slurm.update_nodes([name], nodeaddr=address, nodehostname=name)
-        template = self.settings.template(order.template)
-        if template.demand_mode == "policy":
-            self.slurm.resume(launched)
-            try:
-                self.slurm.power_up(launched)
-            except WorkloadError as exc:  # already powering up: Slurm allocated them itself
-                log.info("power up %s: %s", launched, exc)
-
-    # --- failing and stopping -------------------------------------------------------------
-
-    def fail(self, reasons: Mapping[str, str], terminate: bool = True) -> None:
-        """Unfixable: terminate the instances, POWER_DOWN_FORCE in Slurm with the reason (jobs
-        requeue at once, nodes return to the pool), and record FAILED -> POWERED_DOWN."""
-        if not reasons:
-            return
-        now = self.clock()
-        with self.db.session() as session:
-            nodes = self._nodes(session, list(reasons))
-            doomed = [(n.provider, n.instance_id) for n in nodes if n.instance_id]
-            for node in nodes:
-                transition(node, NodeState.FAILED, reasons[node.name], self.actor, now=now)
-        if terminate:
-            self._terminate(doomed, "fail")
-        for reason, names in sorted(_group(reasons).items()):
-            self._slurm_quietly(self.slurm.power_down, names, reason, force=True)
-        with self.db.session() as session:
-            for node in self._nodes(session, list(reasons)):
-                release_instance(session, node, now, self._billing(node))
-                transition(node, NodeState.POWERED_DOWN, node.state_reason, self.actor, now=now)
-
-    def stop(self, orders: Sequence[StopOrder]) -> None:
-        if not orders:
-            return
-        now = self.clock()
-        reasons = {o.node: o.reason for o in orders}
-        with self.db.session() as session:
-            nodes = self._nodes(session, list(reasons))
-            doomed = [(n.provider, n.instance_id) for n in nodes if n.instance_id]
-            for node in nodes:
-                transition(node, NodeState.STOPPING, reasons[node.name], self.actor, now=now)
-        for reason, names in _group(reasons).items():
-            self._slurm_quietly(self.slurm.power_down, names, reason, force=False)
-        self.finish_stopping(list(reasons), doomed)
-
-    def finish_stopping(
-        self, names: Sequence[str], doomed: Sequence[tuple[str | None, str | None]]
-    ) -> None:
-        """Terminate and, once the provider accepted it, record POWERED_DOWN."""
-        terminated = self._terminate(doomed, "stop")
-        now = self.clock()
-        with self.db.session() as session:
-            for node in self._nodes(session, names):
-                if node.instance_id and node.instance_id not in terminated:
-                    continue  # stays STOPPING; the reconciler tries again
-                release_instance(session, node, now, self._billing(node))
-                transition(node, NodeState.POWERED_DOWN, node.state_reason, self.actor, now=now)
-
-    def _terminate(self, doomed: Sequence[tuple[str | None, str | None]], why: str) -> set[str]:
-        by_provider: dict[str, list[str]] = {}
-        for provider_name, instance_id in doomed:
-            if provider_name and instance_id:
-                by_provider.setdefault(provider_name, []).append(instance_id)
-        done: set[str] = set()
-        for name, ids in by_provider.items():
-            provider = self.providers.get(name)
-            if provider is None:
-                continue
-            try:
-                provider.terminate(ids, f"{why}-{self.clock():%Y%m%d%H%M%S}")
-                done.update(ids)
-            except ProviderError as exc:
-                log.warning("terminate on %s failed: %s", name, exc)
-        return done
-
-    def hold(self, names: Sequence[str], reason: str = HOLD_REASON) -> None:
-        """Keep powered-down policy-mode nodes out of scheduling (DRAIN with a reason)."""
-        if names:
-            self._slurm_quietly(self.slurm.drain, names, reason)
-
-    def _slurm_quietly(
-        self, action: Callable[..., None], names: Sequence[str], *args: object, **kwargs: object
-    ) -> None:
-        try:
-            action(sorted(names), *args, **kwargs)
-        except WorkloadError as exc:
-            log.warning("%s %s: %s", getattr(action, "__name__", "slurm"), names, exc)
-
-    def _billing(self, node: Node) -> tuple[int, int]:
-        if node.provider:
-            return self.settings.provider(node.provider).billing
-        return (1, 0)
-
-    def _nodes(self, session: Session, names: Sequence[str]) -> list[Node]:
         if not names:
-            return []
-        return list(
-            session.scalars(select(Node).where(Node.name.in_(list(names))).order_by(Node.name))
-        )
+            return
+        for node in session.scalars(select(Node).where(Node.name.in_(names))):
+            facts = judgment.facts.get(node.name)
+            if facts is not None:
+                node.slurm_state = facts.slurm_state
+                node.idle_since = facts.idle_since
+            judged = changes.get(node.name)
+            if judged is None or NodeState(node.state) is not judged.state:
+                continue  # changed by someone else since the snapshot: judged again next cycle
+            if judged.verdict is Verdict.REGISTER:
+                transition(node, NodeState.UP, "slurmd registered", actor.actor, now=now)
+            elif judged.verdict is Verdict.DRAIN:
+                transition(node, NodeState.DRAINING, judged.reason, actor.actor, now=now)
+            elif node.state == NodeState.POWERED_DOWN.value:
+                jobs = judgment.resume_requests.get(node.name, ())
+                reason = "Slurm resume request" + (f" for jobs {','.join(jobs)}" if jobs else "")
+                transition(node, NodeState.REQUESTED, reason, actor.actor, now=now)
 
 
-def bind_instance(
-    session: Session,
-    node: Node,
-    instance: CloudInstance,
-    template: str,
-    now: datetime,
-    actor: str,
-    hourly_price: float,
+def relaunch(
+    actor: Actor,
+    settings: Settings,
+    view: ClusterView,
+    judgment: Judgment,
+    out: ActReport,
+    guard: Callable[[], bool],
 ) -> None:
-    node.instance_id = instance.instance_id
-    node.instance_type = instance.instance_type
-    node.private_address = instance.private_address
-    node.market = instance.lifecycle
-    node.launched_at = instance.launch_time or now
-    transition(
-        node,
-        NodeState.BOOTING,
-        f"instance {instance.instance_id} ({instance.instance_type}) started",
-        actor,
-        now=now,
-    )
-    session.add(
-        InstanceRun(
-            node=node.name,
-            template=template,
-            provider=node.provider or "",
-            instance_id=instance.instance_id,
-            instance_type=instance.instance_type,
-            market=instance.lifecycle,
-            hourly_price=hourly_price,
-            started_at=node.launched_at,
+    """Interrupted launches, re-issued whole with their own request ids (idempotent)."""
+    for request_id, names in sorted(judgment.relaunch.items()):
+        node = view.nodes[names[0]]
+        order = LaunchOrder(
+            node.template or "",
+            tuple(sorted(names)),
+            node.market or "on-demand",
+            request_id,
+            "retrying an interrupted launch",
         )
-    )
+        launch(actor, settings, view, order, out, guard, begin=False)
 
 
-def release_instance(session: Session, node: Node, now: datetime, billing: tuple[int, int]) -> None:
-    """Close the node's cost record (billed by its provider's rule) and forget its instance."""
-    if node.instance_id:
-        run = session.scalars(
-            select(InstanceRun).where(InstanceRun.instance_id == node.instance_id)
-        ).first()
-        if run is not None and run.ended_at is None:
-            run.ended_at = now
-            run.cost = cost(billing, run.hourly_price, (now - run.started_at).total_seconds())
-    node.instance_id = None
-    node.private_address = None
-    node.request_id = None
-    node.idle_since = None
+def act_on_plan(
+    actor: Actor,
+    settings: Settings,
+    view: ClusterView,
+    plan: Plan,
+    out: ActReport,
+    guard: Callable[[], bool],
+) -> None:
+    refuse(actor, view, plan, out)
+    taken = {n for order in plan.launches for n in order.nodes}
+    for order in plan.launches:
+        launch(actor, settings, view, order, out, guard, begin=True, taken=taken)
+    actor.stop(plan.stops)
+    out.stopped.extend(s.node for s in plan.stops)
+    hold_policy_nodes(actor, view, plan)
+    for refusal in plan.refusals:
+        record(actor, "refusal", f"{refusal.template}: {refusal.reason}")
 
 
-def _group(reasons: Mapping[str, str]) -> dict[str, list[str]]:
-    grouped: dict[str, list[str]] = {}
-    for node, reason in reasons.items():
-        grouped.setdefault(reason, []).append(node)
-    return grouped
+def launch(
+    actor: Actor,
+    settings: Settings,
+    view: ClusterView,
+    order: LaunchOrder,
+    out: ActReport,
+    guard: Callable[[], bool],
+    begin: bool,
+    taken: set[str] | None = None,
+) -> None:
+    if not guard():
+        out.error = "lost leadership during the cycle; remaining launches skipped"
+        return
+    if begin:
+        actor.begin_launch(order)
+    outcome = actor.launch(order)
+    actor.tell_slurm(outcome.launched, power_up=to_power_up(settings, view, outcome.launched))
+    out.launched.extend(outcome.launched)
+    if not outcome.failed:
+        return
+    actor.fail(outcome.failed)
+    out.failed.update(outcome.failed)
+    if outcome.out_of_capacity:
+        fall_back(actor, settings, view, order, len(outcome.failed), out, guard, taken or set())
+
+
+def to_power_up(settings: Settings, view: ClusterView, launched: list[str]) -> list[str]:
+    """Launched nodes Slurm is not already bringing up: all of a policy-mode template's, and
+    in slurm mode the ones Slurm did not ask for (a capacity fallback's)."""
+    wake = []
+    for name in launched:
+        node = view.nodes.get(name)
+        template = settings.template(node.template or "") if node else None
+        slurm_asked = node is not None and node.slurm is not None and node.slurm.powering_up
+        if template is not None and (template.demand_mode == "policy" or not slurm_asked):
+            wake.append(name)
+    return wake
+
+
+def fall_back(
+    actor: Actor,
+    settings: Settings,
+    view: ClusterView,
+    order: LaunchOrder,
+    missing: int,
+    out: ActReport,
+    guard: Callable[[], bool],
+    taken: set[str],
+) -> None:
+    """Capacity ran out along the template's types and zones: try the next template, with
+    the slots this cycle's view shows free and no other launch of the plan took."""
+    template = settings.template(order.template)
+    for fallback in template.fallback_templates:
+        if view.templates[fallback].protected:
+            continue
+        free = [n for n in view.free_slots(fallback) if n not in taken][:missing]
+        if not free:
+            continue
+        taken.update(free)
+        retry = LaunchOrder(
+            fallback,
+            tuple(free),
+            order.market,
+            new_request_id(),
+            f"fallback from {template.name}: no capacity",
+            order.jobs,
+        )
+        launch(actor, settings, view, retry, out, guard, begin=True, taken=taken)
+        return
+
+
+def refuse(actor: Actor, view: ClusterView, plan: Plan, out: ActReport) -> None:
+    """Requested nodes the plan does not launch: power them down with the reason, so the
+    jobs requeue and wait visibly instead of looping through failed resumes."""
+    planned = {n for order in plan.launches for n in order.nodes}
+    reasons = {r.template: r.reason for r in plan.refusals}
+    refused = {}
+    for node in view.nodes.values():
+        if node.state is NodeState.REQUESTED and node.name not in planned:
+            why = reasons.get(node.template or "", "no policy launched it")
+            refused[node.name] = why if Reason.parse(why) else str(Reason(REFUSED, why))
+    if refused:
+        actor.fail(refused, terminate=False)
+        out.failed.update(refused)
+    for template, reason in reasons.items():
+        if view.templates[template].demand_mode == "slurm":
+            actor.hold(view.free_slots(template), f"{HOLD_PREFIX}{reason}")
+    release_holds(actor, view, set(reasons))
+
+
+def release_holds(actor: Actor, view: ClusterView, refused: set[str]) -> None:
+    """Slurm-mode slots held (drained) for a refusal that no longer stands: give them back
+    to Slurm, or its jobs would pend on drained nodes for good."""
+    held = [
+        node.name
+        for node in view.burst_nodes(NodeState.POWERED_DOWN)
+        if node.template is not None
+        and node.template in view.templates
+        and node.template not in refused
+        and view.templates[node.template].demand_mode == "slurm"
+        and node.slurm is not None
+        and node.slurm.drained
+        and node.slurm.reason.startswith(HOLD_PREFIX)
+    ]
+    actor.release(held)
+
+
+def hold_policy_nodes(actor: Actor, view: ClusterView, plan: Plan) -> None:
+    launching = {n for order in plan.launches for n in order.nodes}
+    unheld = [
+        node.name
+        for node in view.burst_nodes(NodeState.POWERED_DOWN)
+        if node.template is not None
+        and node.template in view.templates
+        and view.templates[node.template].demand_mode == "policy"
+        and node.slurm is not None
+        and not node.slurm.drained
+        and not node.settling
+        and node.name not in launching
+    ]
+    actor.hold(unheld, HOLD_REASON)
+
+
+def finish(judgment: Judgment) -> None:
+    """The hook requests this cycle judged are done with."""
+    consume(judgment.requests)
+
+
+def record(actor: Actor, kind: str, message: str) -> None:
+    with actor.db.session() as session:
+        session.add(ClusterEvent(at=actor.clock(), kind=kind, source=actor.actor, message=message))
+
+
+def describe(request: HookRequest) -> str:
+    jobs = f" for jobs {','.join(sorted(request.jobs))}" if request.jobs else ""
+    return f"{request.kind} {compress(request.nodes)}{jobs}"
+
+
+def _slurm_not_down(judged: list[Judged]) -> list[str]:
+    return [j.node for j in judged if j.slurm not in SLURM_HAS_IT_DOWN]
+
+
+def _powered_down(snapshot: Snapshot, name: str) -> bool:
+    seen = snapshot.workload.nodes.get(name)
+    return seen is not None and seen.powered_down and not seen.powering_up
+
+
+def _stored_reason(snapshot: Snapshot, judged: Judged) -> str:
+    return snapshot.nodes[judged.node].state_reason or "stopping"

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 
 from clustermgr.config import Settings
 from clustermgr.lifecycle import NodeState
-from clustermgr.policy.base import Launch, Refusal, ScaleDecision
-from clustermgr.scaling.view import ClusterView
+from clustermgr.policy.decision import Launch, Refusal, ScaleDecision
+from clustermgr.policy.view import ClusterView
 
 LAUNCHABLE = (NodeState.POWERED_DOWN, NodeState.REQUESTED)
 STOPPABLE = (NodeState.UP, NodeState.DRAINING)
@@ -35,14 +35,22 @@ class StopOrder:
     reason: str
 
 
+@dataclass(frozen=True)
+class JobFate:
+    """What the plan does for a group of pending cloud-partition jobs, and why."""
+
+    status: str  # launch, waiting, refused, unfit, held
+    reason: str
+    jobs: tuple[str, ...]
+
+
 @dataclass
 class Plan:
     launches: list[LaunchOrder] = field(default_factory=list)
     stops: list[StopOrder] = field(default_factory=list)
     refusals: list[Refusal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    unfit: dict[str, str] = field(default_factory=dict)
-    held: dict[str, str] = field(default_factory=dict)
+    jobs: list[JobFate] = field(default_factory=list)  # every pending cloud job, accounted
 
     @property
     def empty(self) -> bool:
@@ -54,12 +62,7 @@ def new_request_id() -> str:
 
 
 def clamp(decision: ScaleDecision, view: ClusterView, settings: Settings) -> Plan:
-    plan = Plan(
-        refusals=list(decision.refusals),
-        notes=list(decision.notes),
-        unfit=dict(decision.unfit),
-        held=dict(decision.held),
-    )
+    plan = Plan(refusals=list(decision.refusals), notes=list(decision.notes))
     provider_active = Counter(
         view.templates[n.template].provider
         for n in view.active_nodes()
@@ -71,6 +74,9 @@ def clamp(decision: ScaleDecision, view: ClusterView, settings: Settings) -> Pla
         if launch.count <= 0 and not launch.nodes:
             continue
         template = view.templates[launch.template]
+        if template.protected:
+            plan.refusals.append(Refusal(template.name, template.protected, launch.jobs))
+            continue
         nodes = _pick_nodes(launch, view, taken)
         room = (
             template.max_nodes

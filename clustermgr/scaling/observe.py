@@ -1,35 +1,97 @@
-"""Build the ClusterView from the database, Slurm's snapshot and the hook requests."""
+"""Observe: one snapshot per cycle (Slurm, clouds, hook requests, database), as plain data.
+
+Everything after this step (reconcile, policies, clamp, act) works from this snapshot; act
+never asks Slurm or a cloud for a second look in the middle of a cycle.
+"""
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import NamedTuple
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
-from clustermgr.config import Settings
+from clustermgr.config import Settings, slurm_features
 from clustermgr.db.models import InstanceRun, Node, NodeEvent
 from clustermgr.lifecycle import NodeState
-from clustermgr.scaling.view import (
-    ClusterView,
-    LaunchFailure,
-    NodeView,
-    PriceView,
-    TemplateView,
-)
+from clustermgr.policy.view import LaunchFailure, TemplateView
+from clustermgr.providers.base import CloudInstance
 from clustermgr.workload.base import WorkloadSnapshot
+from clustermgr.workload.hooks import HookRequest
 
-FAILURE_CODE = re.compile(r"^\(Code:(?P<kind>[A-Z_]+)\)")
 FAILURE_MEMORY = timedelta(hours=1)
 
 
-def template_views(settings: Settings) -> dict[str, TemplateView]:
+class NodeRecord(NamedTuple):
+    """One row of the nodes table as the cycle saw it (a NamedTuple: 10,000 are built per
+    cycle, straight from the query's rows)."""
+
+    name: str
+    kind: str
+    state: NodeState
+    template: str | None
+    provider: str | None
+    instance_id: str | None = None
+    instance_type: str | None = None
+    private_address: str | None = None
+    market: str | None = None
+    request_id: str | None = None
+    launched_at: datetime | None = None
+    state_since: datetime | None = None
+    state_reason: str = ""
+    idle_since: datetime | None = None
+    slurm_state: str | None = None
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    now: datetime
+    workload: WorkloadSnapshot
+    nodes: Mapping[str, NodeRecord]
+    instances: Mapping[str, Mapping[str, CloudInstance]]  # listed providers only
+    provider_errors: Mapping[str, str] = field(default_factory=dict)
+    requests: Sequence[HookRequest] = ()
+    failures: Sequence[LaunchFailure] = ()
+    month_spend: float = 0.0
+    protected: Mapping[str, str] = field(default_factory=dict)  # template -> PROTECTED reason
+
+
+def read_nodes(session: Session) -> dict[str, NodeRecord]:
+    columns = (
+        Node.name,
+        Node.kind,
+        Node.state,
+        Node.template,
+        Node.provider,
+        Node.instance_id,
+        Node.instance_type,
+        Node.private_address,
+        Node.market,
+        Node.request_id,
+        Node.launched_at,
+        Node.state_since,
+        func.coalesce(Node.state_reason, ""),
+        Node.idle_since,
+        Node.slurm_state,
+    )
+    states = {s.value: s for s in NodeState}
+    query = select(*columns)  # RETIRED too: an instance a retired slot still holds is no orphan
+    records = {}
+    for row in session.execute(query):
+        name, kind, state, *rest = row
+        records[name] = NodeRecord(name, kind, states[state], *rest)
+    return records
+
+
+def template_views(
+    settings: Settings, protected: Mapping[str, str] | None = None
+) -> dict[str, TemplateView]:
     views = {}
     for t in settings.templates:
         provider = settings.provider(t.provider)
-        increment, minimum = provider.billing
         views[t.name] = TemplateView(
             name=t.name,
             provider=provider.name,
@@ -46,99 +108,27 @@ def template_views(settings: Settings) -> dict[str, TemplateView]:
             market=t.market,
             demand_mode=t.demand_mode,
             boot_timeout_s=t.boot_timeout_s,
-            prices={k: PriceView(v.on_demand, v.spot) for k, v in t.prices.items()},
-            billing_increment_s=increment,
-            billing_minimum_s=minimum,
+            prices=t.price_table,
+            billing=provider.billing,
+            protected=(protected or {}).get(t.name),
         )
     return views
 
 
-def slurm_features(extra: Sequence[str], provider: str, region: str, template: str) -> list[str]:
-    """The Features= of a template's nodes: its own plus provider, region and template."""
-    return list(dict.fromkeys([*extra, provider, region, template]))
-
-
-def build_view(
-    session: Session,
-    settings: Settings,
-    snapshot: WorkloadSnapshot,
-    resume_requests: Mapping[str, Sequence[str]],
-    now: datetime,
-) -> ClusterView:
-    jobs_end: dict[str, datetime] = {}
-    for job in snapshot.running:
-        for node in job.nodes:
-            if job.end_time and (node not in jobs_end or job.end_time > jobs_end[node]):
-                jobs_end[node] = job.end_time
-    nodes = {}
-    columns = (
-        Node.name,
-        Node.kind,
-        Node.state,
-        Node.template,
-        Node.instance_id,
-        Node.instance_type,
-        Node.market,
-        Node.request_id,
-        Node.launched_at,
-        Node.state_since,
-        Node.idle_since,
-    )
-    states = {s.value: s for s in NodeState}
-    query = select(*columns).where(Node.state != NodeState.RETIRED.value)
-    for (
-        name,
-        kind,
-        state,
-        template,
-        iid,
-        itype,
-        market,
-        rid,
-        launched,
-        since,
-        idle,
-    ) in session.execute(query):
-        nodes[name] = NodeView(
-            name=name,
-            kind=kind,
-            state=states[state],
-            template=template,
-            slurm=snapshot.nodes.get(name),
-            instance_id=iid,
-            instance_type=itype,
-            market=market,
-            request_id=rid,
-            launched_at=launched,
-            state_since=since,
-            idle_since=idle,
-            jobs_end=jobs_end.get(name),
-        )
-    return ClusterView(
-        now=now,
-        templates=template_views(settings),
-        nodes=nodes,
-        pending=tuple(snapshot.pending),
-        running=tuple(snapshot.running),
-        resume_requests=dict(resume_requests),
-        failures=tuple(recent_failures(session, now)),
-        month_spend=month_spend(session, now),
-    )
-
-
 def recent_failures(session: Session, now: datetime) -> list[LaunchFailure]:
+    """Failures of the last hour with their kind (the reason_kind column, never the text)."""
     query = (
-        select(NodeEvent.at, NodeEvent.reason, Node.template, Node.market)
+        select(NodeEvent.at, NodeEvent.reason_kind, Node.template, Node.market)
         .join(Node)
         .where(NodeEvent.new_state == NodeState.FAILED.value)
         .where(NodeEvent.at >= now - FAILURE_MEMORY)
+        .where(NodeEvent.reason_kind.is_not(None))
     )
-    failures = []
-    for at, reason, template, market in session.execute(query):
-        found = FAILURE_CODE.match(reason or "")
-        if found and template:
-            failures.append(LaunchFailure(template, found["kind"], market or "on-demand", at))
-    return failures
+    return [
+        LaunchFailure(template, kind, market or "on-demand", at)
+        for at, kind, template, market in session.execute(query)
+        if template and kind
+    ]
 
 
 def month_spend(session: Session, now: datetime) -> float:

@@ -1,303 +1,286 @@
-"""Every cycle: the database vs the clouds (tag-filtered) vs Slurm, and the hook requests.
+"""Reconcile: judge every node from the one snapshot. Pure: no writes, no calls.
 
-- Slurm's answer moves BOOTING nodes to UP (slurmd registered) and keeps idle_since.
-- Hook requests: resume marks nodes REQUESTED, suspend stops them, resume-fail fails them.
-- Instances tagged as ours that no node holds are adopted when a LAUNCHING node of the
-  same request waits for them, else terminated after the orphan grace period.
-- Nodes whose instance vanished (spot reclaim, manual delete) are failed with the reason,
-  so Slurm requeues their jobs; nodes stuck in BOOTING past the boot timeout likewise.
+Per cloud node a verdict from the table in verdicts.py, then Slurm's hook requests
+(resume, suspend, resume-fail) on top, then the instances no node holds (orphans). The act
+phase carries the judgment out; a dry run prints it.
 """
 
 from __future__ import annotations
 
-import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
-from sqlalchemy import select
-
-from clustermgr.db.models import ClusterEvent, Node
-from clustermgr.lifecycle import NodeState, transition
+from clustermgr.config import Settings, TemplateSettings
+from clustermgr.lifecycle import NodeState
 from clustermgr.providers.base import TAG_NODE, CloudInstance, InstanceState
-from clustermgr.scaling.act import Actor, bind_instance
-from clustermgr.scaling.clamp import StopOrder
+from clustermgr.reasons import BOOT_TIMEOUT, RESUME_TIMEOUT, VANISHED, Reason
+from clustermgr.scaling.observe import NodeRecord, Snapshot
+from clustermgr.scaling.verdicts import (
+    FAILING,
+    FINISHING,
+    CloudSeen,
+    Judged,
+    SlurmSeen,
+    Verdict,
+    cloud_seen,
+    judge,
+    slurm_seen,
+)
 from clustermgr.workload.base import WorkloadNode
 from clustermgr.workload.hooks import HookRequest
 
-log = logging.getLogger(__name__)
-BOUND_STATES = (NodeState.BOOTING, NodeState.UP, NodeState.DRAINING, NodeState.STOPPING)
-GONE = (InstanceState.TERMINATED, InstanceState.ERROR)
+NO_CONDITIONS: frozenset[str] = frozenset()
+SUSPENDED_BY_SLURM = "Slurm powered it down (SuspendProgram)"
+
+
+@dataclass(frozen=True)
+class SlurmFacts:
+    """What the node row should say about Slurm after this cycle."""
+
+    slurm_state: str
+    idle_since: datetime | None
 
 
 @dataclass
-class ReconcileReport:
+class Judgment:
+    # cloud node -> verdict; a KEEP of a node holding no instance is not stored
+    verdicts: dict[str, Judged] = field(default_factory=dict)
+    facts: dict[str, SlurmFacts] = field(default_factory=dict)  # only rows that change
     resume_requests: dict[str, tuple[str, ...]] = field(default_factory=dict)  # node -> jobs
-    registered: list[str] = field(default_factory=list)
-    adopted: list[str] = field(default_factory=list)
-    vanished: list[str] = field(default_factory=list)
-    timed_out: list[str] = field(default_factory=list)
-    orphans_terminated: list[str] = field(default_factory=list)
-    stopped_by_slurm: list[str] = field(default_factory=list)
-    unhealthy: list[str] = field(default_factory=list)
     relaunch: dict[str, list[str]] = field(default_factory=dict)  # request id -> nodes
+    orphans: dict[str, list[str]] = field(default_factory=dict)  # provider -> instance ids
+    requests: list[HookRequest] = field(default_factory=list)
+
+    def having(self, *verdicts: Verdict) -> list[Judged]:
+        return [j for j in self.verdicts.values() if j.verdict in verdicts]  # in name order
+
+    def names(self, *verdicts: Verdict) -> list[str]:
+        return [j.node for j in self.having(*verdicts)]
+
+    @property
+    def acting(self) -> list[Judged]:
+        """Verdicts that change something (what a dry run lists)."""
+        return [
+            j for j in self.having(*Verdict) if j.verdict not in (Verdict.KEEP, Verdict.WAIT_BOOT)
+        ]
 
 
-def apply_hook_requests(actor: Actor, requests: Sequence[HookRequest]) -> ReconcileReport:
-    report = ReconcileReport()
-    if not requests:
-        return report
-    now = actor.clock()
-    suspend: dict[str, str] = {}
-    failed: dict[str, str] = {}
-    with actor.db.session() as session:
-        for request in requests:
-            session.add(
-                ClusterEvent(
-                    at=now, kind="hook", source=f"slurm {request.kind}", message=_describe(request)
-                )
+def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> Judgment:
+    judgment = Judgment(requests=list(snapshot.requests))
+    slurm_nodes = snapshot.workload.nodes
+    for record in snapshot.nodes.values():
+        if record.state is NodeState.RETIRED:
+            continue
+        facts = slurm_facts(record, slurm_nodes.get(record.name), snapshot.now)
+        if facts is not None:
+            judgment.facts[record.name] = facts
+    bound = {r.instance_id for r in snapshot.nodes.values() if r.instance_id}
+    templates = {t.name: t for t in settings.templates}
+    conditions = Conditions(templates, snapshot.now)
+    for record in sorted(snapshot.nodes.values(), key=lambda r: r.name):
+        if record.kind != "cloud":
+            continue
+        judged = judge_node(templates, conditions, snapshot, record, bound)
+        if judged.verdict is Verdict.KEEP and not record.instance_id:
+            continue  # most of a large cluster, most cycles: nothing to carry
+        judgment.verdicts[record.name] = judged
+        if judged.verdict is Verdict.ADOPT and judged.instance is not None:
+            bound.add(judged.instance.instance_id)
+    _whole_requests(judgment, snapshot.nodes)
+    _hook_verdicts(judgment, snapshot)
+    for judged in judgment.having(Verdict.RESUME):
+        judgment.resume_requests.setdefault(judged.node, ())
+    inflight = set(judgment.relaunch)
+    judgment.orphans = orphans(snapshot, bound, inflight, orphan_grace_s)
+    return judgment
+
+
+def judge_node(
+    templates: Mapping[str, TemplateSettings],
+    conditions: Conditions,
+    snapshot: Snapshot,
+    record: NodeRecord,
+    bound: set[str],
+) -> Judged:
+    listing = snapshot.instances.get(record.provider or "")
+    waiting = None
+    if record.state is NodeState.LAUNCHING and listing is not None and record.request_id:
+        waiting = waiting_instance(listing, record, bound)
+    instance = listing.get(record.instance_id) if listing and record.instance_id else None
+    address = (instance.private_address if instance else None) or record.private_address
+    cloud = cloud_seen(record.instance_id, listing, waiting)
+    seen = snapshot.workload.nodes.get(record.name)
+    slurm = slurm_seen(seen, address if record.instance_id else None)
+    template = templates.get(record.template or "")
+    facts = conditions.of(record)
+    rule = judge(record.state, cloud, slurm, facts)
+    return Judged(
+        node=record.name,
+        verdict=rule.verdict,
+        state=record.state,
+        cloud=cloud,
+        slurm=slurm,
+        reason=_reason(template, rule.verdict, record, seen),
+        instance=waiting or instance,
+    )
+
+
+class Conditions:
+    """The `when` facts of a node (policy_mode, expired), from per-template answers."""
+
+    def __init__(self, templates: Mapping[str, TemplateSettings], now: datetime):
+        self.deadlines = {
+            name: now - timedelta(seconds=t.boot_timeout_s) for name, t in templates.items()
+        }
+        self.modes = {name: t.demand_mode == "policy" for name, t in templates.items()}
+
+    def of(self, record: NodeRecord) -> frozenset[str]:
+        deadline = self.deadlines.get(record.template or "")
+        if deadline is None:
+            return NO_CONDITIONS
+        started = record.launched_at or record.state_since
+        expired = started is not None and started < deadline
+        return FACTS[(self.modes[record.template or ""], expired)]
+
+
+FACTS = {
+    (False, False): frozenset(),
+    (True, False): frozenset({"policy_mode"}),
+    (False, True): frozenset({"expired"}),
+    (True, True): frozenset({"policy_mode", "expired"}),
+}
+
+
+def _reason(
+    template: TemplateSettings | None,
+    verdict: Verdict,
+    record: NodeRecord,
+    seen: WorkloadNode | None,
+) -> str:
+    if verdict is Verdict.VANISHED:
+        return str(
+            Reason(
+                VANISHED,
+                f"instance {record.instance_id} is gone "
+                "(spot reclaim or deleted outside clustermgr)",
             )
-            jobs_of = {
-                n: tuple(j for j, ns in request.jobs.items() if n in ns) for n in request.nodes
-            }
-            nodes = {
-                n.name: n for n in session.scalars(select(Node).where(Node.name.in_(request.nodes)))
-            }
-            for name in request.nodes:
-                node = nodes.get(name)
-                if node is None:
-                    continue
-                state = NodeState(node.state)
-                if request.kind == "resume" and state is NodeState.POWERED_DOWN:
-                    reason = "Slurm resume request" + (
-                        f" for jobs {','.join(jobs_of[name])}" if jobs_of[name] else ""
-                    )
-                    transition(node, NodeState.REQUESTED, reason, actor.actor, now=now)
-                if request.kind == "resume" and state in (
-                    NodeState.POWERED_DOWN,
-                    NodeState.REQUESTED,
-                ):
-                    report.resume_requests[name] = jobs_of[name]
-                elif request.kind == "suspend" and state in (
-                    NodeState.UP,
-                    NodeState.DRAINING,
-                    NodeState.BOOTING,
-                ):
-                    suspend[name] = "Slurm powered it down (SuspendProgram)"
-                elif request.kind == "resume-fail" and state not in (
-                    NodeState.POWERED_DOWN,
-                    NodeState.RETIRED,
-                ):
-                    failed[name] = "(Code:RESUME_TIMEOUT) Slurm gave up waiting for the node"
-    if suspend:
-        actor.stop([StopOrder(n, r) for n, r in sorted(suspend.items())])
-        report.stopped_by_slurm = sorted(suspend)
-    actor.fail(failed)
-    return report
-
-
-def _describe(request: HookRequest) -> str:
-    from clustermgr.hostlists import compress
-
-    jobs = f" for jobs {','.join(sorted(request.jobs))}" if request.jobs else ""
-    return f"{request.kind} {compress(request.nodes)}{jobs}"
-
-
-HEALTH_CODE = "(Code:HEALTH)"
-
-
-def replace_unhealthy(actor: Actor, slurm_nodes: Mapping[str, WorkloadNode]) -> list[str]:
-    """Burst nodes the health check flagged: a boot failure (already powered down, job
-    requeued) is failed and terminated now; a periodic one drains, then stops when idle."""
-    now = actor.clock()
-    failed: dict[str, str] = {}
-    idle_drained: list[StopOrder] = []
-    with actor.db.session() as session:
-        for node in session.scalars(
-            select(Node).where(
-                Node.kind == "cloud",
-                Node.state.in_(
-                    [s.value for s in (NodeState.BOOTING, NodeState.UP, NodeState.DRAINING)]
-                ),
-            )
-        ):
-            seen = slurm_nodes.get(node.name)
-            if seen is None or not seen.reason.startswith(HEALTH_CODE):
-                continue
-            if seen.powered_down or "POWERING_DOWN" in seen.flags or not seen.drained:
-                failed[node.name] = seen.reason
-            elif node.state != NodeState.DRAINING.value:
-                transition(node, NodeState.DRAINING, seen.reason, actor.actor, now=now)
-            elif seen.state == "IDLE":
-                idle_drained.append(StopOrder(node.name, seen.reason))
-    actor.fail(failed)
-    actor.stop(idle_drained)
-    return sorted(failed) + [s.node for s in idle_drained]
-
-
-def observe_slurm(actor: Actor, slurm_nodes: Mapping[str, WorkloadNode]) -> list[str]:
-    """Copy Slurm's view onto the nodes; BOOTING -> UP once slurmd registered."""
-    now = actor.clock()
-    registered = []
-    with actor.db.session() as session:
-        for node in session.scalars(select(Node).where(Node.state != NodeState.RETIRED.value)):
-            seen = slurm_nodes.get(node.name)
-            if seen is None:
-                continue
-            slurm_state = "+".join([seen.state, *sorted(seen.flags)])
-            if node.slurm_state != slurm_state:
-                node.slurm_state = slurm_state
-            idle = seen.state == "IDLE" and not seen.powered_down and not seen.powering_up
-            if idle and node.idle_since is None:
-                node.idle_since = now
-            elif not idle and node.idle_since is not None:
-                node.idle_since = None
-            if (
-                node.state == NodeState.BOOTING.value
-                and seen.responding
-                and not seen.powering_up
-                and not seen.powered_down
-                and seen.state != "DOWN"
-            ):
-                transition(node, NodeState.UP, "slurmd registered", actor.actor, now=now)
-                registered.append(node.name)
-    return registered
-
-
-def reconcile_cloud(
-    actor: Actor,
-    instances: Mapping[str, Mapping[str, CloudInstance]],
-    orphan_grace_s: float,
-    report: ReconcileReport,
-) -> None:
-    """Compare each provider whose listing succeeded (`instances`) with the database."""
-    now = actor.clock()
-    vanished: dict[str, str] = {}
-    timed_out: dict[str, str] = {}
-    finish_stopping: list[tuple[str, str | None]] = []
-    adopted: list[tuple[str, str]] = []  # (template, node)
-    with actor.db.session() as session:
-        nodes = list(session.scalars(select(Node).where(Node.kind == "cloud")))
-        bound = {n.instance_id for n in nodes if n.instance_id}
-        launching: dict[str, list[Node]] = {}
-        for node in nodes:
-            listing = instances.get(node.provider or "")
-            if listing is None:
-                continue  # that provider could not be listed: judge nothing
-            state = NodeState(node.state)
-            if node.instance_id and state in BOUND_STATES:
-                instance = listing.get(node.instance_id)
-                if instance is None or instance.state in GONE:
-                    if state is NodeState.STOPPING:
-                        finish_stopping.append((node.name, None))
-                    else:
-                        vanished[node.name] = (
-                            f"(Code:VANISHED) instance {node.instance_id} is gone "
-                            "(spot reclaim or deleted outside clustermgr)"
-                        )
-                    continue
-                if state is NodeState.BOOTING and _boot_expired(actor, node, now):
-                    template = actor.settings.template(node.template or "")
-                    timed_out[node.name] = (
-                        f"(Code:BOOT_TIMEOUT) slurmd did not register within "
-                        f"{template.boot_timeout_s:.0f} s"
-                    )
-                if state is NodeState.STOPPING:
-                    finish_stopping.append((node.name, node.instance_id))
-            elif state is NodeState.LAUNCHING and node.request_id:
-                launching.setdefault(node.request_id, []).append(node)
-        for request_id, group in sorted(launching.items()):
-            # all or nothing: a request whose instances are not all tagged yet (killed while
-            # binding) is re-issued whole, so its idempotency token sees the same request
-            listing = instances.get(group[0].provider or "", {})
-            matches = [_waiting_instance(listing, node, bound) for node in group]
-            if any(match is None for match in matches):
-                report.relaunch[request_id] = sorted(node.name for node in group)
-                continue
-            for node, match in zip(group, matches, strict=True):
-                assert match is not None
-                price = actor.price_of(node.template or "", match)
-                bind_instance(session, node, match, node.template or "", now, actor.actor, price)
-                bound.add(match.instance_id)
-                adopted.append((node.template or "", node.name))
-        inflight: set[str | None] = set(report.relaunch)
-        orphans = _orphans(instances, bound, inflight, now, orphan_grace_s)
-    report.adopted = [n for _, n in adopted]
-    report.vanished = sorted(vanished)
-    report.timed_out = sorted(timed_out)
-    for template_name in sorted({t for t, _ in adopted}):
-        from clustermgr.scaling.clamp import LaunchOrder
-
-        names = tuple(n for t, n in adopted if t == template_name)
-        order = LaunchOrder(template_name, names, "on-demand", "adopted", "adopted after restart")
-        actor.tell_slurm_launched(order, names)
-    actor.fail({**vanished, **timed_out})
-    if finish_stopping:
-        actor.finish_stopping(
-            [n for n, _ in finish_stopping],
-            [(actor_provider(actor, n), i) for n, i in finish_stopping if i],
         )
-    for provider_name, ids in orphans.items():
-        provider = actor.providers.get(provider_name)
-        if provider is not None and ids:
-            try:
-                provider.terminate(ids, "orphan-sweep")
-                report.orphans_terminated.extend(ids)
-            except Exception as exc:  # logged; the next cycle tries again
-                log.warning("orphan terminate on %s failed: %s", provider_name, exc)
-    if report.orphans_terminated:
-        with actor.db.session() as session:
-            session.add(
-                ClusterEvent(
-                    at=now,
-                    kind="orphan",
-                    source="reconcile",
-                    message="terminated " + ",".join(report.orphans_terminated),
-                )
+    if verdict is Verdict.BOOT_TIMEOUT:
+        timeout = template.boot_timeout_s if template else 0.0
+        return str(Reason(BOOT_TIMEOUT, f"slurmd did not register within {timeout:.0f} s"))
+    if verdict in (Verdict.UNHEALTHY, Verdict.DRAIN) or (
+        verdict is Verdict.STOP and seen is not None and seen.reason
+    ):
+        return seen.reason if seen is not None else ""
+    if verdict is Verdict.STOP:
+        return SUSPENDED_BY_SLURM
+    if verdict is Verdict.FINISH_FAIL:
+        return record.state_reason
+    return ""
+
+
+def _whole_requests(judgment: Judgment, records: Mapping[str, NodeRecord]) -> None:
+    """All or nothing per request: a request with any node not found in the cloud (killed
+    while binding) is re-issued whole, so its idempotency token sees the same request."""
+    groups: dict[str, list[Judged]] = {}
+    for judged in judgment.having(Verdict.ADOPT, Verdict.RELAUNCH):
+        request_id = records[judged.node].request_id
+        if request_id:
+            groups.setdefault(request_id, []).append(judged)
+    for request_id, group in sorted(groups.items()):
+        if all(j.verdict is Verdict.ADOPT for j in group):
+            continue
+        for judged in group:
+            judgment.verdicts[judged.node] = Judged(
+                judged.node, Verdict.RELAUNCH, judged.state, judged.cloud, judged.slurm
             )
+        judgment.relaunch[request_id] = sorted(j.node for j in group)
 
 
-def actor_provider(actor: Actor, node_name: str) -> str | None:
-    with actor.db.session() as session:
-        node = session.scalars(select(Node).where(Node.name == node_name)).first()
-        return node.provider if node else None
+def _hook_verdicts(judgment: Judgment, snapshot: Snapshot) -> None:
+    """Slurm's requests, over the table's verdict unless that one fails or finishes the node
+    (a node the health check took out is failed with its own reason, not the suspend's)."""
+    for request in snapshot.requests:
+        for name in request.nodes:
+            record = snapshot.nodes.get(name)
+            if record is None or record.kind != "cloud":
+                continue
+            current = judgment.verdicts.get(name) or Judged(
+                name, Verdict.KEEP, record.state, CloudSeen.NONE, SlurmSeen.MISSING
+            )
+            if current.verdict in FAILING | FINISHING:
+                continue
+            state = current.state
+            jobs = tuple(j for j, ns in request.jobs.items() if name in ns)
+            verdict, reason = None, ""
+            if request.kind == "resume" and state in (NodeState.POWERED_DOWN, NodeState.REQUESTED):
+                verdict = Verdict.RESUME
+                previous = judgment.resume_requests.get(name, ())
+                judgment.resume_requests[name] = tuple(dict.fromkeys([*previous, *jobs]))
+                asked = judgment.resume_requests[name]
+                reason = "Slurm resume request" + (f" for jobs {','.join(asked)}" if asked else "")
+            elif request.kind == "suspend" and state in (
+                NodeState.UP,
+                NodeState.DRAINING,
+                NodeState.BOOTING,
+            ):
+                verdict, reason = Verdict.STOP, SUSPENDED_BY_SLURM
+            elif request.kind == "resume-fail" and state not in (
+                NodeState.POWERED_DOWN,
+                NodeState.RETIRED,
+            ):
+                verdict = Verdict.RESUME_TIMEOUT
+                reason = str(Reason(RESUME_TIMEOUT, "Slurm gave up waiting for the node"))
+            if verdict is not None:
+                judgment.verdicts[name] = Judged(
+                    name, verdict, state, current.cloud, current.slurm, reason, current.instance
+                )
 
 
-def _boot_expired(actor: Actor, node: Node, now: datetime) -> bool:
-    template = actor.settings.template(node.template or "")
-    started = node.launched_at or node.state_since
-    return (now - started).total_seconds() > template.boot_timeout_s
+def slurm_facts(record: NodeRecord, seen: WorkloadNode | None, now: datetime) -> SlurmFacts | None:
+    """Slurm's state string and idle-since for the row, or None when nothing changes."""
+    if seen is None:
+        return None
+    slurm_state = "+".join([seen.state, *sorted(seen.flags)])
+    idle = seen.state == "IDLE" and not seen.powered_down and not seen.powering_up
+    idle_since = (record.idle_since or now) if idle else None
+    if slurm_state == record.slurm_state and idle_since == record.idle_since:
+        return None
+    return SlurmFacts(slurm_state, idle_since)
 
 
-def _waiting_instance(
-    listing: Mapping[str, CloudInstance], node: Node, bound: set[str]
+def waiting_instance(
+    listing: Mapping[str, CloudInstance], record: NodeRecord, bound: set[str]
 ) -> CloudInstance | None:
     for instance in listing.values():
         if (
             instance.instance_id not in bound
-            and instance.request_id == node.request_id
-            and instance.tags.get(TAG_NODE) == node.name
-            and instance.state not in GONE
+            and instance.request_id == record.request_id
+            and instance.tags.get(TAG_NODE) == record.name
+            and instance.state not in (InstanceState.TERMINATED, InstanceState.ERROR)
         ):
             return instance
     return None
 
 
-def _orphans(
-    instances: Mapping[str, Mapping[str, CloudInstance]],
-    bound: set[str],
-    inflight: set[str | None],
-    now: datetime,
-    grace_s: float,
+def orphans(
+    snapshot: Snapshot, bound: set[str], inflight: set[str], grace_s: float
 ) -> dict[str, list[str]]:
+    """Instances tagged as ours that no node holds, older than the grace period (an unbound
+    instance in ERROR is junk that may still cost money; one being relaunched is not)."""
     found: dict[str, list[str]] = {}
-    for provider, listing in instances.items():
+    for provider, listing in sorted(snapshot.instances.items()):
         for instance in listing.values():
             if instance.instance_id in bound or instance.state is InstanceState.TERMINATED:
-                continue  # (an unbound instance in ERROR is junk that may still cost money)
+                continue
             if instance.request_id in inflight:
-                continue  # its launch is being retried with the same request id
-            age = (now - instance.launch_time).total_seconds() if instance.launch_time else 0
+                continue
+            launched = instance.launch_time
+            age = (snapshot.now - launched).total_seconds() if launched else 0.0
             if age >= grace_s:
                 found.setdefault(provider, []).append(instance.instance_id)
     return found
+
+
+__all__ = ["CloudSeen", "Judgment", "SlurmSeen", "reconcile"]

@@ -11,28 +11,28 @@ The directory is created by `cm-scale` (mode 1733 so SlurmUser can drop files in
 
 from __future__ import annotations
 
+import _socket  # the C module: socket.py's enum set-up would cost ~3 ms per hook run
 import json
 import os
-import socket
-import subprocess
 import time
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from clustermgr.errors import ConfigError, UsageError, WorkloadError
 from clustermgr.hostlists import HostlistError, compress, expand
-from clustermgr.workload.base import reason_arg
+from clustermgr.reasons import DAEMON, Reason
+
+# Slurm runs each hook as a fresh process and waits for it: this module imports only what
+# recording a request needs (no dataclasses, subprocess or workload.base; see power_down_now).
 
 HOOK_KINDS = ("resume", "suspend", "resume-fail")
 SPOOL = "spool"
 SOCKET = "cm-scale.sock"
 
 
-@dataclass(frozen=True)
-class HookRequest:
+class HookRequest(NamedTuple):
     kind: str
     nodes: tuple[str, ...]
     jobs: Mapping[str, tuple[str, ...]]  # job id -> its nodes (from SLURM_RESUME_FILE)
@@ -40,8 +40,7 @@ class HookRequest:
     path: Path | None = None
 
 
-@dataclass(frozen=True)
-class HookConfig:
+class HookConfig(NamedTuple):
     state_dir: Path
     owners: dict[str, str]  # node name -> template
     heartbeat_stale_s: float
@@ -119,7 +118,7 @@ def record(
     return HookRequest(request.kind, request.nodes, request.jobs, request.at, path)
 
 
-DAEMON_DOWN_REASON = "(Code:DAEMON) cm-scale not running"
+DAEMON_DOWN_REASON = str(Reason(DAEMON, "cm-scale not running"))
 HEARTBEAT_FILE = "heartbeat.json"
 
 
@@ -133,6 +132,10 @@ def daemon_is_stale(config: HookConfig) -> bool:
 
 def power_down_now(config: HookConfig, nodes: Sequence[str], reason: str) -> None:
     """Nobody will launch these: hand them back to Slurm at once (jobs requeue)."""
+    import subprocess
+
+    from clustermgr.workload.base import reason_arg
+
     argv = [
         str(config.slurm_bin / "scontrol"),
         "update",
@@ -175,11 +178,16 @@ def write_request(spool: Path, request: HookRequest) -> Path:
 def poke(socket_path: Path) -> None:
     """Wake the daemon early; harmless when it is not listening."""
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.setblocking(False)
-            sock.sendto(b"wake", str(socket_path))
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_DGRAM)
+    except OSError:
+        return
+    try:
+        sock.setblocking(False)
+        sock.sendto(b"wake", str(socket_path))
     except OSError:
         pass
+    finally:
+        sock.close()
 
 
 def read_requests(spool: Path) -> list[HookRequest]:

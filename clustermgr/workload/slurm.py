@@ -30,6 +30,8 @@ from clustermgr.workload.squeue import (
     parse_running,
 )
 
+ADDRESS_BATCH = 100
+
 
 class SlurmCli:
     def __init__(self, bin_dir: Path = Path("/usr/bin"), timeout_s: float = 30.0):
@@ -125,8 +127,19 @@ class SlurmCli:
         self.run("scontrol", "update", *args)
 
     def set_addresses(self, addresses: Mapping[str, str]) -> None:
-        for node, address in sorted(addresses.items()):
-            self.run("scontrol", "update", f"nodename={node}", f"nodeaddr={address}")
+        """`scontrol update NodeName=a,b NodeAddr=x,y NodeHostname=a,b`, 100 nodes a call
+        (lists pair up by position, as ParallelCluster batches it)."""
+        pairs = sorted(addresses.items())
+        for start in range(0, len(pairs), ADDRESS_BATCH):
+            batch = pairs[start : start + ADDRESS_BATCH]
+            names = ",".join(name for name, _ in batch)
+            self.run(
+                "scontrol",
+                "update",
+                f"nodename={names}",
+                f"nodeaddr={','.join(address for _, address in batch)}",
+                f"nodehostname={names}",
+            )
 
     def power_up(self, nodes: Sequence[str]) -> None:
         self.update_nodes(nodes, state="POWER_UP")

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.testing.slurmlab import NodeGroup, Partition, SlurmLab
 from tests.fakes.aws_fake import FakeAws
 from tests.fakes.aws_harness import ACCESS_KEY, IMAGE, SECRET_KEY
+from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
 
 BIN = Path(sys.executable).parent
 HOOKS = ("resume", "suspend", "resume-fail")

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.testing.burstlab import BurstLab, BurstLabSpec
-from clustermgr.testing.slurmlab import free_port
 from tests.conftest import REPO
+from tests.labs.burstlab import BurstLab, BurstLabSpec
+from tests.labs.slurmlab import free_port
 
 INTERVAL_S = 120  # far longer than the test waits: only the hook's poke can start a cycle
 

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.testing.burstlab import BurstLab, BurstLabSpec
 from tests.e2e.conftest import slurm_user_for_hooks
+from tests.labs.burstlab import BurstLab, BurstLabSpec
 
 
 def burst_jobs(lab: BurstLab) -> list[str]:

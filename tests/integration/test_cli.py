@@ -123,3 +123,83 @@ def test_config_check_and_completion() -> None:
     assert ok.returncode == 0 and "OK (4 providers, 4 templates, 32 cloud node slots)" in ok.stdout
     completion = run_cli("completion", "bash")
     assert "_CLUSTERMGR_COMPLETE" in completion.stdout
+
+
+def test_nodes_list_reads_the_database_url_from_the_config(db: str, tmp_path: Path) -> None:
+    """`nodes list` takes a plain [database] table without pydantic; anything unusual there is
+    still reported by full validation. Like with --db, other sections are not validated."""
+    assert run_cli("--db", db, "--config", CONFIG, "nodes", "sync", "--no-slurm").returncode == 0
+    example = EXAMPLE_CONFIG.read_text()
+
+    def with_database(text: str, timeout: int) -> str:
+        text = text.replace("[database]\n", f'[database]\nurl = "{db}"\n', 1)
+        return text.replace("\nbusy_timeout_s = 30\n", f"\nbusy_timeout_s = {timeout}\n", 1)
+
+    config = tmp_path / "with-db.toml"
+    config.write_text(with_database(example, 5))
+    code = (
+        "import sys\nfrom clustermgr.cli.main import main\n"
+        f"try:\n    main(['--config', {str(config)!r}, 'nodes', 'list', '--json'])\n"
+        "except SystemExit as exc:\n    print('EXIT', exc.code, 'pydantic' in sys.modules)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert done.stdout.splitlines()[-1] == "EXIT 0 False", done.stderr
+    assert len(json.loads(done.stdout.splitlines()[0])) == 32
+    bad = tmp_path / "bad-db.toml"
+    bad.write_text(with_database(example, 0))
+    refused = run_cli("--config", str(bad), "nodes", "list", "--json")
+    assert refused.returncode == 2
+    assert refused.stderr.strip() == (
+        f"clustermgr: error: {bad}: database.busy_timeout_s: Input should be greater than 0 (got 0)"
+    )
+    other = tmp_path / "bad-template.toml"
+    other.write_text(with_database(example.replace("cpus = 96", "cpus = -1", 1), 30))
+    assert len(json.loads(run_cli("--config", str(other), "nodes", "list", "--json").stdout)) == 32
+
+
+def chain_config(tmp_path: Path, chain: str) -> str:
+    """The example config with its [policy] chain replaced (the table stays where it is)."""
+    text = EXAMPLE_CONFIG.read_text()
+    start = text.index("\n[policy]")
+    end = text.index("\n[", start + 1)
+    path = tmp_path / "chain.toml"
+    path.write_text(text[:start] + f"\n[policy]\nchain = {chain}\n" + text[end:])
+    return str(path)
+
+
+def test_config_check_loads_the_policy_chain(tmp_path: Path) -> None:
+    ok = run_cli(
+        "--config",
+        chain_config(tmp_path, '[{ name = "queue_depth" }]'),
+        "config",
+        "check",
+        "--no-slurm",
+    )
+    assert ok.returncode == 0 and "policy chain: queue_depth: every policy loads" in ok.stdout
+    broken = tmp_path / "broken.py"
+    broken.write_text("class Broken:\n    name = 'broken'\n    def decide(self, view)\n")
+    cases = {
+        f'[{{ name = "broken", path = "{broken}" }}]': f"policy 'broken': {broken} failed to load",
+        '[{ name = "no_such_policy" }]': "policy 'no_such_policy': not built in",
+        '[{ name = "idle_timeout", options = { hours = 2 } }]': (
+            "policy 'idle_timeout': bad options"
+        ),
+    }
+    for chain, first_line in cases.items():
+        done = run_cli("--config", chain_config(tmp_path, chain), "config", "check", "--no-slurm")
+        assert done.returncode == 2, (chain, done.stdout, done.stderr)
+        assert done.stderr.startswith(f"clustermgr: error: {first_line}"), done.stderr
+        assert len(done.stderr.strip().splitlines()) == 1 and "OK" not in done.stdout
+
+
+def test_looking_at_templates_never_creates_a_database(tmp_path: Path) -> None:
+    text = EXAMPLE_CONFIG.read_text()
+    start = text.index("\n[database]")
+    end = text.index("\n[", start + 1)
+    config = tmp_path / "fresh.toml"
+    fresh = f'\n[database]\nurl = "sqlite:///{tmp_path / "new" / "cm.db"}"\n'
+    config.write_text(text[:start] + fresh + text[end:])
+    listed = run_cli("--config", str(config), "templates", "list", "--json")
+    assert listed.returncode == 0, listed.stderr
+    assert {t["failures_in_a_row"] for t in json.loads(listed.stdout)} == {None}
+    assert not (tmp_path / "new").exists()  # no empty SQLite file, not even its directory

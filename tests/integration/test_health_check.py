@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from clustermgr.health import health_check
-from clustermgr.testing.slurmlab import NodeGroup, Partition, SlurmLab
+from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
 
 FAKE_SMI = """#!/bin/sh
 # fake nvidia-smi: {count} healthy A100s

@@ -105,3 +105,62 @@ def test_missing_spool_says_what_to_do(tmp_path: Path) -> None:
     done = hook("clustermgr-slurm-resume", "cloud1", config)
     assert done.returncode == 2
     assert "cannot write the request into" in done.stderr and "cm-scale creates it" in done.stderr
+
+
+PROBE = """
+import sys
+from clustermgr.cli.hooks_entry import resume
+sys.argv = ["clustermgr-slurm-resume", "cloud1"]
+try:
+    resume()
+except SystemExit as exc:
+    print(exc.code)
+print(" ".join(sorted(sys.modules)))
+"""
+HEAVY = ("click", "pydantic", "sqlalchemy", "rich", "alembic", "boto3", "logging")
+
+
+def test_resume_hook_skips_the_cli_and_validation_libraries(state: tuple[Path, Path]) -> None:
+    config, state_dir = state
+    done = subprocess.run(
+        [sys.executable, "-c", PROBE],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CLUSTERMGR_CONFIG": str(config)},
+        timeout=30,
+        check=False,
+    )
+    code, modules = done.stdout.splitlines()
+    assert code == "0", done.stderr
+    loaded = modules.split()
+    assert [m for m in loaded if m.split(".")[0] in HEAVY] == []
+    assert "clustermgr.config" not in loaded and "clustermgr.cli.main" not in loaded
+    assert [r.nodes for r in read_requests(state_dir / "spool")] == [("cloud1",)]
+
+
+def test_hook_without_a_hostlist_answers_like_the_cli(state: tuple[Path, Path]) -> None:
+    config, _ = state
+    exe = Path(sys.executable).with_name("clustermgr-slurm-resume")
+    done = subprocess.run(
+        [str(exe)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "CLUSTERMGR_CONFIG": str(config)},
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "Missing argument 'HOSTLIST'" in done.stderr
+
+
+def test_resume_without_a_live_daemon_powers_down_through_scontrol(tmp_path: Path) -> None:
+    """No heartbeat: the hook hands the nodes back to Slurm itself (here scontrol is absent)."""
+    state_dir = tmp_path / "state"
+    (state_dir / "spool").mkdir(parents=True)
+    config = tmp_path / "c.toml"
+    no_slurm = tmp_path / "no-slurm-bin"
+    config.write_text(CONFIG.format(state=state_dir) + f'[slurm]\nbin_dir = "{no_slurm}"\n')
+    done = hook("clustermgr-slurm-resume", "cloud1", config)
+    assert done.returncode == 1
+    assert done.stderr.startswith("clustermgr: error: cm-scale is not running and scontrol failed")
+    assert list((state_dir / "spool").iterdir()) == []

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.testing.slurmlab import NodeGroup, Partition, SlurmLab
 from tests.conftest import run_cli
+from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
 
 CONFIG = """
 [cluster]
@@ -86,7 +86,7 @@ def test_config_check_matches_and_reports_each_mismatch(lab: SlurmLab, tmp_path:
     bad = env_for(lab, tmp_path, nodes="cloud[1-6]", cpus=4)
     done = run_cli("config", "check", env=bad)
     assert done.returncode == 2
-    problems = done.stdout.strip().splitlines()[1:]
+    problems = done.stdout.strip().splitlines()[2:]  # after the OK and policy chain lines
     assert problems == [
         "template burst: nodes cloud[5-6] are not in slurm.conf (see `clustermgr slurm conf`)",
         "template burst: node cloud1: Slurm has CPUs=2, the template says 4",

@@ -6,6 +6,7 @@ import pytest
 
 from clustermgr.config import load_settings, parse_settings
 from clustermgr.errors import ConfigError
+from clustermgr.pricing import BillingRule
 from tests.conftest import EXAMPLE_CONFIG
 
 MINIMAL = """
@@ -42,8 +43,8 @@ def test_example_config_is_valid_and_complete() -> None:
     assert {p.type for p in settings.providers} == {"aws", "azure", "openstack", "local"}
     aws = settings.template("aws-a100")
     assert aws.node_names[0] == "aws-a100-001" and aws.node_limit == 16
-    assert settings.provider("aws-east").billing == (1, 60)
-    assert settings.provider("azure-west").billing == (60, 60)
+    assert settings.provider("aws-east").billing == BillingRule(1, 60)
+    assert settings.provider("azure-west").billing == BillingRule(60, 60)
 
 
 def test_minimal_config_gets_defaults(tmp_path: Path) -> None:

@@ -11,10 +11,17 @@ import pytest
 from clustermgr.config import PolicyRef
 from clustermgr.errors import ConfigError
 from clustermgr.lifecycle import NodeState
-from clustermgr.policy.base import Launch, ScaleDecision
+from clustermgr.policy import (
+    BillingRule,
+    ClusterView,
+    LaunchFailure,
+    NodeView,
+    Price,
+    TemplateView,
+)
 from clustermgr.policy.chain import PolicyRunner
+from clustermgr.policy.decision import Launch, ScaleDecision
 from clustermgr.policy.loader import load_chain, load_policy
-from clustermgr.scaling.view import ClusterView, LaunchFailure, NodeView, PriceView, TemplateView
 from clustermgr.workload.base import PendingJob, WorkloadNode
 
 NOW = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -37,9 +44,8 @@ def template(name: str = "gpu", **kw: object) -> TemplateView:
         market="on-demand",
         demand_mode="policy",
         boot_timeout_s=600,
-        prices={"p4d.24xlarge": PriceView(30.0, 10.0)},
-        billing_increment_s=1,
-        billing_minimum_s=60,
+        prices={"p4d.24xlarge": Price(30.0, 10.0)},
+        billing=BillingRule(1, 60),
     )
     return replace(base, **kw)  # type: ignore[arg-type]
 
@@ -142,7 +148,7 @@ def test_idle_timeout_waits_for_the_limit_and_the_paid_period() -> None:
         [PolicyRef(name="idle_timeout", options={"minutes": 10})], view([idle, fresh], [])
     )
     assert [s.node for s in decision.stops] == ["g1"]
-    hourly = {"gpu": template(billing_increment_s=3600, billing_minimum_s=3600)}
+    hourly = {"gpu": template(billing=BillingRule(3600, 3600))}
     kept = run(
         [PolicyRef(name="idle_timeout", options={"minutes": 10})],
         view([idle], [], templates=hourly),
@@ -270,7 +276,7 @@ def test_loader_errors_are_one_line(tmp_path: object) -> None:
 
 
 def test_pending_reasons_in_either_spelling_count_as_lack_of_resources() -> None:
-    from clustermgr.scaling.fit import lacks_resources
+    from clustermgr.policy.fit import lacks_resources
 
     spaced = "Nodes required for job are DOWN, DRAINED or reserved for jobs in higher priority"
     for reason in ("Resources", "Priority", "ReqNodeNotAvail, UnavailableNodes:c[1-4]", spaced):

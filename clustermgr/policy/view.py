@@ -7,19 +7,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from clustermgr.lifecycle import ACTIVE_CLOUD_STATES, NodeState
-from clustermgr.policy.base import ScaleDecision
+from clustermgr.policy.decision import ScaleDecision
+from clustermgr.pricing import BillingRule, Price, price_of
 from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
-
-
-@dataclass(frozen=True)
-class PriceView:
-    on_demand: float | None
-    spot: float | None
-
-    def hourly(self, market: str) -> float | None:
-        if market == "spot" and self.spot is not None:
-            return self.spot
-        return self.on_demand
 
 
 @dataclass(frozen=True)
@@ -39,15 +29,13 @@ class TemplateView:
     market: str
     demand_mode: str
     boot_timeout_s: float
-    prices: Mapping[str, PriceView] = field(default_factory=dict)
-    billing_increment_s: int = 1
-    billing_minimum_s: int = 60
+    prices: Mapping[str, Price] = field(default_factory=dict)
+    billing: BillingRule = field(default_factory=BillingRule)
+    protected: str | None = None  # (Code:PROTECTED) reason: the engine launches none now
 
     def hourly_price(self, market: str | None = None, instance_type: str | None = None) -> float:
         """$/hour of one node (first instance type unless named); 0 when no price is set."""
-        price = self.prices.get(instance_type or self.instance_types[0])
-        value = price.hourly(market or self.market) if price else None
-        return value or 0.0
+        return price_of(self.prices, self.instance_types, instance_type, market or self.market)
 
 
 @dataclass(frozen=True)
@@ -65,6 +53,7 @@ class NodeView:
     state_since: datetime | None = None
     idle_since: datetime | None = None
     jobs_end: datetime | None = None  # latest time-limit end of the jobs running on it
+    settling: bool = False  # being stopped or failed this cycle: not a free slot yet
 
     @property
     def is_burst(self) -> bool:
@@ -83,7 +72,7 @@ class NodeView:
 @dataclass(frozen=True)
 class LaunchFailure:
     template: str
-    kind: str  # ErrorKind value
+    kind: str  # the reason's KIND: an ErrorKind value, BOOT_TIMEOUT, VANISHED, ...
     market: str
     at: datetime
 
@@ -116,8 +105,13 @@ class ClusterView:
         return [n for n in self.burst_nodes(template=template) if n.state in ACTIVE_CLOUD_STATES]
 
     def free_slots(self, template: str) -> list[str]:
-        """Powered-down slot names of a template, in name order (the order launches use)."""
-        return sorted(n.name for n in self.burst_nodes(NodeState.POWERED_DOWN, template) if n.slurm)
+        """Powered-down slot names of a template, in name order (the order launches use).
+        A slot Slurm is still powering down is not free: powering it up now would fail."""
+        return sorted(
+            n.name
+            for n in self.burst_nodes(NodeState.POWERED_DOWN, template)
+            if n.slurm is not None and not n.settling and "POWERING_DOWN" not in n.slurm.flags
+        )
 
     def hourly_rate(self) -> float:
         """$/hour of every active cloud node now."""

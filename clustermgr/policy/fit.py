@@ -6,7 +6,7 @@ import math
 import re
 from collections.abc import Mapping
 
-from clustermgr.scaling.view import TemplateView
+from clustermgr.policy.view import TemplateView
 from clustermgr.workload.base import PendingJob
 
 # Pending reasons that mean "not enough nodes" (Slurm's own reason strings).
@@ -31,6 +31,24 @@ def lacks_resources(job: PendingJob) -> bool:
 
 
 RESOURCE_PREFIXES = tuple(sorted(RESOURCE_REASONS))
+
+
+JobShape = tuple[str, int, int, int, int, int, str | None, tuple[str, ...]]
+
+
+def job_shape(job: PendingJob) -> JobShape:
+    """What decides a job's fit: jobs of one shape fit the same templates, so a queue of
+    100,000 jobs needs the fit decided once per shape, not once per job."""
+    return (
+        job.partition,
+        job.nodes,
+        job.cpus_per_node,
+        job.memory_per_node_mb,
+        job.gpus_per_node,
+        job.gpus_per_job,
+        job.gpu_model,
+        job.features,
+    )
 
 
 def required_features(constraint: tuple[str, ...]) -> set[str]:

@@ -1,0 +1,81 @@
+"""Every pending job in a cloud partition is accounted for in the plan: served by a launch,
+waiting (for nodes already up or coming, or for Slurm's own reason), refused (with the
+policy's reason), unfit (with why, even when Slurm's pending reason hides it) or held.
+
+Queues hold 100,000 jobs: the fit is decided once per job shape, and jobs are grouped by
+(status, reason) so `policy dry-run` prints a line per group, not per job.
+"""
+
+from __future__ import annotations
+
+from clustermgr.policy.decision import ScaleDecision
+from clustermgr.policy.fit import JobShape, job_shape, lacks_resources, serving_templates, why_not
+from clustermgr.policy.view import ClusterView, TemplateView
+from clustermgr.scaling.clamp import JobFate, Plan
+from clustermgr.workload.base import PendingJob
+
+SLURM_HOLDS = ("JobHeld", "Held")
+
+
+def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list[JobFate]:
+    # launches and refusals name their jobs: take those whole (set.update runs in C), a
+    # long queue is mostly these
+    groups: dict[tuple[str, str], list[str]] = {}
+    accounted: set[str] = set()
+    for order in plan.launches:
+        groups.setdefault(("launch", f"nodes of {order.template} launched for it"), []).extend(
+            order.jobs
+        )
+        accounted.update(order.jobs)
+    for refusal in plan.refusals:
+        refused = [job for job in refusal.jobs if job not in accounted]
+        groups.setdefault(("refused", refusal.reason), []).extend(refused)
+        accounted.update(refused)
+    refused_templates = {r.template: r.reason for r in plan.refusals if not r.jobs}
+    fits: dict[JobShape, tuple[list[TemplateView], str]] = {}
+    for job in view.pending:
+        if job.job_id in accounted:
+            continue
+        shape = job_shape(job)
+        if shape not in fits:
+            fits[shape] = fitting(job, view)
+        templates, why = fits[shape]
+        if not templates and not why:
+            continue  # no template serves its partition: on-prem business
+        key = fate(job, templates, why, decision, refused_templates)
+        groups.setdefault(key, []).append(job.job_id)
+    return [
+        JobFate(status, reason, tuple(jobs)) for (status, reason), jobs in groups.items() if jobs
+    ]
+
+
+def fitting(job: PendingJob, view: ClusterView) -> tuple[list[TemplateView], str]:
+    """(the templates of the job's partitions it fits, why it fits none of them)."""
+    serving = serving_templates(job, view.templates)
+    reasons = [(t, why_not(job, t)) for t in serving]
+    fit = [t for t, why in reasons if why is None]
+    return fit, "" if fit else "; ".join(why for _, why in reasons if why)
+
+
+def fate(
+    job: PendingJob,
+    templates: list[TemplateView],
+    why: str,
+    decision: ScaleDecision,
+    refused_templates: dict[str, str],
+) -> tuple[str, str]:
+    if job.job_id in decision.held:
+        return "held", decision.held[job.job_id]
+    if not templates:
+        return "unfit", decision.unfit.get(job.job_id, why)
+    if job.reason.startswith(SLURM_HOLDS):
+        return "held", f"Slurm: {job.reason}"
+    refusal = next(
+        (refused_templates[t.name] for t in templates if t.name in refused_templates), None
+    )
+    if refusal is not None:
+        return "refused", refusal
+    if not lacks_resources(job):
+        return "waiting", f"Slurm: {job.reason}"
+    names = ",".join(t.name for t in templates)
+    return "waiting", f"on nodes of {names} that are up, coming or at their limit"

@@ -1,0 +1,357 @@
+"""The act primitives: launch, bind, tell Slurm, fail, stop. Every change is a recorded
+transition, and the only calls to clouds and to Slurm's actions are made from here.
+
+Crash safety: each primitive commits its intent before the outside call it makes
+(LAUNCHING with the request id before the launch, FAILED or STOPPING before terminating),
+so a process killed at any point leaves a row whose verdict finishes the work (see
+verdicts.py); re-issuing a request id is idempotent at every provider.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Collection, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from clustermgr.bootstrap import render_user_data
+from clustermgr.config import Settings
+from clustermgr.db.engine import Database
+from clustermgr.db.models import InstanceRun, Node
+from clustermgr.errors import ErrorKind, ProviderError, WorkloadError
+from clustermgr.lifecycle import NodeState, transition
+from clustermgr.pricing import BillingRule, price_of
+from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
+from clustermgr.scaling.clamp import LaunchOrder, StopOrder
+from clustermgr.workload.base import Workload
+
+log = logging.getLogger(__name__)
+HOLD_PREFIX = "clustermgr: "  # the reason of every drain clustermgr sets to hold a slot
+HOLD_REASON = f"{HOLD_PREFIX}held until a policy launches it"
+
+
+@dataclass
+class LaunchOutcome:
+    order: LaunchOrder
+    launched: list[str] = field(default_factory=list)
+    failed: dict[str, str] = field(default_factory=dict)  # node -> (Code:KIND) reason
+    errors: list[LaunchError] = field(default_factory=list)
+
+    @property
+    def out_of_capacity(self) -> bool:
+        return any(e.kind is ErrorKind.CAPACITY for e in self.errors)
+
+
+class Actor:
+    def __init__(
+        self,
+        settings: Settings,
+        database: Database,
+        workload: Workload,
+        providers: Mapping[str, Provider],
+        clock: Callable[[], datetime],
+        actor: str = "cm-scale",
+    ):
+        self.settings = settings
+        self.db = database
+        self.workload = workload
+        self.providers = providers
+        self.clock = clock
+        self.actor = actor
+        self._controller_version: str | None = None
+
+    # --- launching ------------------------------------------------------------------------
+
+    def begin_launch(self, order: LaunchOrder) -> None:
+        """Record the intent (LAUNCHING + request id) before any cloud call."""
+        now = self.clock()
+        with self.db.session() as session:
+            for node in self._nodes(session, order.nodes):
+                transition(node, NodeState.LAUNCHING, order.reason, self.actor, now=now)
+                node.request_id = order.request_id
+                node.market = order.market
+                node.instance_id = None
+
+    def launch(self, order: LaunchOrder) -> LaunchOutcome:
+        """Call the provider and bind what started; the rest is failed with its reason."""
+        outcome = LaunchOutcome(order)
+        template = self.settings.template(order.template)
+        provider = self.providers.get(template.provider)
+        if provider is None:
+            error = LaunchError(ErrorKind.OTHER, "ProviderUnavailable", "provider not reachable")
+            return self._fail_all(outcome, error)
+        try:
+            result = provider.launch(self.spec(order), len(order.nodes), order.request_id)
+        except ProviderError as exc:
+            error = LaunchError(exc.kind, exc.code or type(exc).__name__, str(exc.args[0]))
+            return self._fail_all(outcome, error)
+        outcome.errors = list(result.errors)
+        by_node = {
+            i.node_name: i for i in result.instances if i.node_name and i.node_name in order.nodes
+        }
+        self.bind(order.template, by_node)
+        outcome.launched = sorted(by_node)
+        missing = [n for n in order.nodes if n not in by_node]
+        if missing:
+            first = (
+                result.errors[0]
+                if result.errors
+                else LaunchError(
+                    ErrorKind.OTHER, "Incomplete", "the provider returned fewer instances"
+                )
+            )
+            outcome.failed = {n: first.reason() for n in missing}
+        return outcome
+
+    def spec(self, order: LaunchOrder) -> LaunchSpec:
+        template = self.settings.template(order.template)
+        return LaunchSpec(
+            template=template.name,
+            instance_types=tuple(template.instance_types),
+            image=template.image,
+            node_names=order.nodes,
+            zones=tuple(template.zones),
+            subnets=tuple(template.subnets),
+            security_groups=tuple(template.security_groups),
+            market="spot" if order.market == "spot" else "on-demand",
+            max_spot_price=template.max_spot_price,
+            user_data=render_user_data(self.settings, template, self.controller_version()),
+            tags={},
+            instance_profile=template.instance_profile,
+            placement_group=template.placement_group,
+            key_name=template.key_name,
+            network=template.network,
+        )
+
+    def controller_version(self) -> str:
+        """slurmctld's version (asked once per actor), so nodes can check their slurmd."""
+        if self._controller_version is None:
+            try:
+                self._controller_version = self.workload.config_values().get("SLURM_VERSION", "")
+            except WorkloadError:
+                self._controller_version = ""
+        return self._controller_version
+
+    def _fail_all(self, outcome: LaunchOutcome, error: LaunchError) -> LaunchOutcome:
+        outcome.errors = [error]
+        outcome.failed = {n: error.reason() for n in outcome.order.nodes}
+        return outcome
+
+    def bind(self, template_name: str, instances: Mapping[str, CloudInstance]) -> None:
+        """Nodes hold their instances: BOOTING, and a cost record opened per instance."""
+        if not instances:
+            return
+        now = self.clock()
+        template = self.settings.template(template_name)
+        with self.db.session() as session:
+            for node in self._nodes(session, list(instances)):
+                instance = instances[node.name]
+                hourly = price_of(
+                    template.price_table,
+                    template.instance_types,
+                    instance.instance_type,
+                    instance.lifecycle,
+                )
+                bind_instance(session, node, instance, template.name, now, self.actor, hourly)
+
+    def tell_slurm(self, launched: Sequence[str], power_up: Collection[str] = ()) -> None:
+        """Addresses first (batched), then release the hold of the `power_up` nodes and
+        power them up (policy mode: Slurm powers nodes up only when told)."""
+        if not launched:
+            return
+        with self.db.session() as session:
+            addresses = {
+                n.name: n.private_address
+                for n in self._nodes(session, launched)
+                if n.private_address
+            }
+        try:
+            self.workload.set_addresses(addresses)
+        except WorkloadError as exc:  # the nodes stay `untold`: the next cycle tells again
+            log.warning("Slurm was not told the addresses of %s: %s", sorted(addresses), exc)
+        wake = sorted(set(power_up) & set(launched))
+        if wake:
+            self._slurm_quietly(self.workload.resume, wake)  # the policy-mode hold, if any
+            try:
+                self.workload.power_up(wake)
+            except WorkloadError as exc:  # already powering up: Slurm allocated them itself
+                log.info("power up %s: %s", wake, exc)
+
+    # --- failing and stopping -------------------------------------------------------------
+
+    def fail(
+        self,
+        reasons: Mapping[str, str],
+        terminate: bool = True,
+        tell_slurm: Collection[str] | None = None,
+    ) -> None:
+        """Unfixable: record FAILED, POWER_DOWN_FORCE in Slurm with the reason (jobs requeue
+        at once, nodes return to the pool), terminate the instances, record POWERED_DOWN.
+        `tell_slurm`: the nodes Slurm still has to hear about (default: all)."""
+        if not reasons:
+            return
+        now = self.clock()
+        with self.db.session() as session:
+            nodes = self._nodes(session, list(reasons))
+            doomed = [(n.provider, n.instance_id) for n in nodes if n.instance_id]
+            for node in nodes:
+                transition(node, NodeState.FAILED, reasons[node.name], self.actor, now=now)
+        told = (
+            reasons if tell_slurm is None else {n: reasons[n] for n in tell_slurm if n in reasons}
+        )
+        for reason, names in sorted(_group(told).items()):
+            self._slurm_quietly(self.workload.power_down, names, reason, force=True)
+        terminated = self._terminate(doomed, "fail") if terminate else set()
+        with self.db.session() as session:
+            for node in self._nodes(session, list(reasons)):
+                if terminate and node.instance_id and node.instance_id not in terminated:
+                    continue  # stays FAILED holding its instance: the next cycle finishes it
+                release_instance(session, node, now, self._billing(node))
+                transition(node, NodeState.POWERED_DOWN, node.state_reason, self.actor, now=now)
+
+    def stop(self, orders: Sequence[StopOrder], tell_slurm: Collection[str] | None = None) -> None:
+        if not orders:
+            return
+        now = self.clock()
+        reasons = {o.node: o.reason for o in orders}
+        with self.db.session() as session:
+            for node in self._nodes(session, list(reasons)):
+                transition(node, NodeState.STOPPING, reasons[node.name], self.actor, now=now)
+        self.finish_stopping(reasons, tell_slurm)
+
+    def finish_stopping(
+        self, reasons: Mapping[str, str], tell_slurm: Collection[str] | None = None
+    ) -> None:
+        """POWER_DOWN in Slurm, terminate, and once the provider accepted it, POWERED_DOWN."""
+        told = (
+            reasons if tell_slurm is None else {n: reasons[n] for n in tell_slurm if n in reasons}
+        )
+        for reason, names in sorted(_group(told).items()):
+            self._slurm_quietly(self.workload.power_down, names, reason, force=False)
+        with self.db.session() as session:
+            doomed = [
+                (n.provider, n.instance_id)
+                for n in self._nodes(session, list(reasons))
+                if n.instance_id
+            ]
+        terminated = self._terminate(doomed, "stop")
+        now = self.clock()
+        with self.db.session() as session:
+            for node in self._nodes(session, list(reasons)):
+                if node.instance_id and node.instance_id not in terminated:
+                    continue  # stays STOPPING; the reconciler tries again
+                release_instance(session, node, now, self._billing(node))
+                transition(node, NodeState.POWERED_DOWN, node.state_reason, self.actor, now=now)
+
+    def terminate_orphans(self, orphans: Mapping[str, Sequence[str]]) -> list[str]:
+        done: list[str] = []
+        for provider_name, ids in sorted(orphans.items()):
+            done.extend(sorted(self._terminate([(provider_name, i) for i in ids], "orphan")))
+        return done
+
+    def _terminate(self, doomed: Sequence[tuple[str | None, str | None]], why: str) -> set[str]:
+        by_provider: dict[str, list[str]] = {}
+        for provider_name, instance_id in doomed:
+            if provider_name and instance_id:
+                by_provider.setdefault(provider_name, []).append(instance_id)
+        done: set[str] = set()
+        for name, ids in sorted(by_provider.items()):
+            provider = self.providers.get(name)
+            if provider is None:
+                continue
+            try:
+                provider.terminate(ids, f"{why}-{self.clock():%Y%m%d%H%M%S}")
+                done.update(ids)
+            except ProviderError as exc:
+                log.warning("terminate on %s failed: %s", name, exc)
+        return done
+
+    def hold(self, names: Sequence[str], reason: str = HOLD_REASON) -> None:
+        """Keep powered-down policy-mode nodes out of scheduling (DRAIN with a reason)."""
+        if names:
+            self._slurm_quietly(self.workload.drain, names, reason)
+
+    def release(self, names: Sequence[str]) -> None:
+        """Undo `hold`: clear the drain so Slurm may resume the nodes itself."""
+        if names:
+            self._slurm_quietly(self.workload.resume, names)
+
+    def _slurm_quietly(
+        self, action: Callable[..., None], names: Sequence[str], *args: object, **kwargs: object
+    ) -> None:
+        try:
+            action(sorted(names), *args, **kwargs)
+        except WorkloadError as exc:
+            log.warning("%s %s: %s", getattr(action, "__name__", "slurm"), names, exc)
+
+    def _billing(self, node: Node) -> BillingRule:
+        if node.provider:
+            return self.settings.provider(node.provider).billing
+        return BillingRule(1, 0)
+
+    def _nodes(self, session: Session, names: Sequence[str]) -> list[Node]:
+        if not names:
+            return []
+        return list(
+            session.scalars(select(Node).where(Node.name.in_(list(names))).order_by(Node.name))
+        )
+
+
+def bind_instance(
+    session: Session,
+    node: Node,
+    instance: CloudInstance,
+    template: str,
+    now: datetime,
+    actor: str,
+    hourly_price: float,
+) -> None:
+    node.instance_id = instance.instance_id
+    node.instance_type = instance.instance_type
+    node.private_address = instance.private_address
+    node.market = instance.lifecycle
+    node.launched_at = instance.launch_time or now
+    transition(
+        node,
+        NodeState.BOOTING,
+        f"instance {instance.instance_id} ({instance.instance_type}) started",
+        actor,
+        now=now,
+    )
+    session.add(
+        InstanceRun(
+            node=node.name,
+            template=template,
+            provider=node.provider or "",
+            instance_id=instance.instance_id,
+            instance_type=instance.instance_type,
+            market=instance.lifecycle,
+            hourly_price=hourly_price,
+            started_at=node.launched_at,
+        )
+    )
+
+
+def release_instance(session: Session, node: Node, now: datetime, billing: BillingRule) -> None:
+    """Close the node's cost record (billed by its provider's rule) and forget its instance."""
+    if node.instance_id:
+        run = session.scalars(
+            select(InstanceRun).where(InstanceRun.instance_id == node.instance_id)
+        ).first()
+        if run is not None and run.ended_at is None:
+            run.ended_at = now
+            run.cost = billing.cost(run.hourly_price, (now - run.started_at).total_seconds())
+    node.instance_id = None
+    node.private_address = None
+    node.request_id = None
+    node.idle_since = None
+
+
+def _group(reasons: Mapping[str, str]) -> dict[str, list[str]]:
+    grouped: dict[str, list[str]] = {}
+    for node, reason in reasons.items():
+        grouped.setdefault(reason, []).append(node)
+    return grouped

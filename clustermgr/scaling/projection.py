@@ -1,0 +1,91 @@
+"""The ClusterView policies see: the snapshot with this cycle's verdicts applied as data.
+
+Policies decide before act writes anything, so the view shows each node as it will be once
+the verdicts are carried out (a registered node is UP, a failed one powered down but not
+yet free), and the plan and the verdicts never disagree about a node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import datetime
+
+from clustermgr.config import Settings
+from clustermgr.lifecycle import NodeState
+from clustermgr.policy.view import ClusterView, NodeView
+from clustermgr.scaling.observe import NodeRecord, Snapshot, template_views
+from clustermgr.scaling.reconcile import Judgment
+from clustermgr.scaling.verdicts import FAILING, FINISHING, Judged, Verdict
+
+PROJECTED = {
+    Verdict.RESUME: NodeState.REQUESTED,
+    Verdict.ADOPT: NodeState.BOOTING,
+    Verdict.REGISTER: NodeState.UP,
+    Verdict.DRAIN: NodeState.DRAINING,
+}
+SETTLING = FAILING | FINISHING | {Verdict.STOP}
+
+
+def build_view(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> ClusterView:
+    jobs_end: dict[str, datetime] = {}
+    for job in snapshot.workload.running:
+        for node in job.nodes:
+            if job.end_time and (node not in jobs_end or job.end_time > jobs_end[node]):
+                jobs_end[node] = job.end_time
+    nodes = {}
+    for name, record in snapshot.nodes.items():
+        if record.state is NodeState.RETIRED:
+            continue  # not a slot any more: policies never see it
+        view = node_view(record, snapshot, jobs_end.get(name), judgment)
+        judged = judgment.verdicts.get(name)
+        nodes[name] = project(view, judged) if judged is not None else view
+    return ClusterView(
+        now=snapshot.now,
+        templates=template_views(settings, snapshot.protected),
+        nodes=nodes,
+        pending=tuple(snapshot.workload.pending),
+        running=tuple(snapshot.workload.running),
+        resume_requests=dict(judgment.resume_requests),
+        failures=tuple(snapshot.failures),
+        month_spend=snapshot.month_spend,
+    )
+
+
+def node_view(
+    record: NodeRecord, snapshot: Snapshot, jobs_end: datetime | None, judgment: Judgment
+) -> NodeView:
+    facts = judgment.facts.get(record.name)
+    return NodeView(
+        name=record.name,
+        kind=record.kind,
+        state=record.state,
+        template=record.template,
+        slurm=snapshot.workload.nodes.get(record.name),
+        instance_id=record.instance_id,
+        instance_type=record.instance_type,
+        market=record.market,
+        request_id=record.request_id,
+        launched_at=record.launched_at,
+        state_since=record.state_since,
+        idle_since=facts.idle_since if facts else record.idle_since,
+        jobs_end=jobs_end,
+    )
+
+
+def project(view: NodeView, judged: Judged) -> NodeView:
+    if judged.verdict in SETTLING:
+        return replace(view, state=NodeState.POWERED_DOWN, settling=True, instance_id=None)
+    state = PROJECTED.get(judged.verdict)
+    if state is None:
+        return view
+    if judged.verdict is Verdict.ADOPT and judged.instance is not None:
+        instance = judged.instance
+        return replace(
+            view,
+            state=state,
+            instance_id=instance.instance_id,
+            instance_type=instance.instance_type,
+            market=instance.lifecycle,
+            launched_at=instance.launch_time or view.launched_at,
+        )
+    return replace(view, state=state)

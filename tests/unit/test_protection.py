@@ -1,0 +1,47 @@
+"""Protected mode's rule: N failures in a row protect a template until the back-off has
+passed since the last one; 0 disables it; the plan refuses a protected template's demand."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+from clustermgr.config import Settings, parse_settings
+from clustermgr.policy.decision import Launch, ScaleDecision
+from clustermgr.scaling.clamp import clamp
+from clustermgr.scaling.protection import judge
+from tests.unit.test_policies import slot, template, view
+
+NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+
+
+def settings(limit: int = 3, backoff_s: float = 600) -> Settings:
+    return parse_settings(
+        {"daemon": {"protect_after_failures": limit, "protect_backoff_s": backoff_s}}
+    )
+
+
+def failures(count: int, last_ago_s: float = 10) -> list[tuple[datetime, str]]:
+    return [(NOW - timedelta(seconds=last_ago_s + i), "BOOT_TIMEOUT") for i in range(count)][::-1]
+
+
+def test_the_limit_protects_until_the_back_off_has_passed() -> None:
+    assert judge("gpu", failures(2), settings(), NOW).protected is None
+    hit = judge("gpu", failures(3), settings(), NOW)
+    assert hit.failures == 3 and hit.last_kind == "BOOT_TIMEOUT"
+    assert hit.protected is not None and hit.protected.startswith(
+        "(Code:PROTECTED) 3 launch/boot failures in a row (last BOOT_TIMEOUT); retry at"
+    )
+    assert "clustermgr templates reset gpu" in hit.protected
+    later = judge("gpu", failures(3, last_ago_s=700), settings(), NOW)
+    assert later.protected is None  # back-off over: one more try
+    off = judge("gpu", failures(50), settings(limit=0), NOW)
+    assert off.protected is None
+
+
+def test_the_plan_refuses_a_protected_templates_demand() -> None:
+    reason = "(Code:PROTECTED) 3 launch/boot failures in a row (last QUOTA)"
+    v = view([slot("g1"), slot("g2")], [], templates={"gpu": template(protected=reason)})
+    decision = ScaleDecision(launches=(Launch("gpu", 2, "queue_depth", jobs=("7",)),))
+    plan = clamp(decision, v, parse_settings({}))
+    assert plan.launches == []
+    assert [(r.template, r.reason, r.jobs) for r in plan.refusals] == [("gpu", reason, ("7",))]
