@@ -165,8 +165,9 @@ def launch(
         return
     if begin:
         actor.begin_launch(order)
+    actor.wake(to_power_up(settings, view, list(order.nodes)))  # Slurm first: see Actor.wake
     outcome = actor.launch(order)
-    actor.tell_slurm(outcome.launched, power_up=to_power_up(settings, view, outcome.launched))
+    actor.tell_slurm(outcome.launched)
     out.launched.extend(outcome.launched)
     if not outcome.failed:
         return
@@ -176,15 +177,16 @@ def launch(
         fall_back(actor, settings, view, order, len(outcome.failed), out, guard, taken or set())
 
 
-def to_power_up(settings: Settings, view: ClusterView, launched: list[str]) -> list[str]:
-    """Launched nodes Slurm is not already bringing up: all of a policy-mode template's, and
-    in slurm mode the ones Slurm did not ask for (a capacity fallback's)."""
+def to_power_up(settings: Settings, view: ClusterView, names: list[str]) -> list[str]:
+    """Nodes about to be launched that Slurm is not already bringing up: a policy-mode
+    template's (held until now), and in slurm mode the ones Slurm did not ask for (a
+    capacity fallback's)."""
     wake = []
-    for name in launched:
+    for name in names:
         node = view.nodes.get(name)
         template = settings.template(node.template or "") if node else None
         slurm_asked = node is not None and node.slurm is not None and node.slurm.powering_up
-        if template is not None and (template.demand_mode == "policy" or not slurm_asked):
+        if template is not None and not slurm_asked:
             wake.append(name)
     return wake
 

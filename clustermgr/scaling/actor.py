@@ -157,9 +157,22 @@ class Actor:
                 )
                 bind_instance(session, node, instance, template.name, now, self.actor, hourly)
 
+    def wake(self, names: Sequence[str]) -> None:
+        """Release the policy-mode hold and ask Slurm to power the nodes up, before their
+        instances exist: slurmctld ends POWERING_UP only on a registration whose boot is
+        later than its power-up request, so a node booted before it would never join."""
+        if not names:
+            return
+        self._slurm_quietly(self.workload.resume, names)  # the hold, if any
+        try:
+            self.workload.power_up(sorted(names))
+        except WorkloadError as exc:  # already powering up: Slurm allocated them itself
+            log.info("power up %s: %s", sorted(names), exc)
+
     def tell_slurm(self, launched: Sequence[str], power_up: Collection[str] = ()) -> None:
-        """Addresses first (batched), then release the hold of the `power_up` nodes and
-        power them up (policy mode: Slurm powers nodes up only when told)."""
+        """Addresses first (batched), then wake the `power_up` nodes: ones whose instance
+        runs while Slurm still holds them (adopted after a crash, or launched by a version
+        that woke nodes after the launch)."""
         if not launched:
             return
         with self.db.session() as session:
@@ -172,13 +185,7 @@ class Actor:
             self.workload.set_addresses(addresses)
         except WorkloadError as exc:  # the nodes stay `untold`: the next cycle tells again
             log.warning("Slurm was not told the addresses of %s: %s", sorted(addresses), exc)
-        wake = sorted(set(power_up) & set(launched))
-        if wake:
-            self._slurm_quietly(self.workload.resume, wake)  # the policy-mode hold, if any
-            try:
-                self.workload.power_up(wake)
-            except WorkloadError as exc:  # already powering up: Slurm allocated them itself
-                log.info("power up %s: %s", wake, exc)
+        self.wake(sorted(set(power_up) & set(launched)))
 
     # --- failing and stopping -------------------------------------------------------------
 

@@ -88,7 +88,7 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
         if judged.verdict is Verdict.ADOPT and judged.instance is not None:
             bound.add(judged.instance.instance_id)
     _whole_requests(judgment, snapshot.nodes)
-    _hook_verdicts(judgment, snapshot)
+    _hook_verdicts(judgment, snapshot, {n for n, policy in conditions.modes.items() if policy})
     for judged in judgment.having(Verdict.RESUME):
         judgment.resume_requests.setdefault(judged.node, ())
     inflight = set(judgment.relaunch)
@@ -198,9 +198,11 @@ def _whole_requests(judgment: Judgment, records: Mapping[str, NodeRecord]) -> No
         judgment.relaunch[request_id] = sorted(j.node for j in group)
 
 
-def _hook_verdicts(judgment: Judgment, snapshot: Snapshot) -> None:
+def _hook_verdicts(judgment: Judgment, snapshot: Snapshot, policy_templates: set[str]) -> None:
     """Slurm's requests, over the table's verdict unless that one fails or finishes the node
-    (a node the health check took out is failed with its own reason, not the suspend's)."""
+    (a node the health check took out is failed with its own reason, not the suspend's).
+    A policy-mode node's resume request is the echo of our own power-up (Slurm holds those
+    nodes otherwise): it launches nothing, or a failed launch would be retried at once."""
     for request in snapshot.requests:
         for name in request.nodes:
             record = snapshot.nodes.get(name)
@@ -214,6 +216,8 @@ def _hook_verdicts(judgment: Judgment, snapshot: Snapshot) -> None:
             state = current.state
             jobs = tuple(j for j, ns in request.jobs.items() if name in ns)
             verdict, reason = None, ""
+            if request.kind == "resume" and record.template in policy_templates:
+                continue
             if request.kind == "resume" and state in (NodeState.POWERED_DOWN, NodeState.REQUESTED):
                 verdict = Verdict.RESUME
                 previous = judgment.resume_requests.get(name, ())

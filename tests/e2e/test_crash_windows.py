@@ -7,7 +7,8 @@ instance is terminated. The failure is a real one: the boot health check
 namespace, against a fake nvidia-smi that shows 1 of 2 GPUs on the first boot) powers the
 node down with `(Code:HEALTH)`, and the job must complete on the replacement.
 Window 2: after the instances are bound (BOOTING), before Slurm is
-told their addresses and powers them up.
+told their addresses (it was asked to power them up before the launch: a node that booted
+before its power-up request would never end POWERING_UP).
 
 The daemon is caught in a window by the edge of the world: its Slurm client directory
 holds an `scontrol` that stops dead on the call the test names (the real one for every
@@ -201,10 +202,13 @@ def test_killed_before_slurm_is_told_tells_it_next_cycle(policy_lab: CrashLab) -
     crash.kill_inside("nodeaddr=")  # bound (BOOTING), Slurm not told
     booting = {n: r for n, r in crash.nodes().items() if r["state"] == "BOOTING"}
     assert len(booting) == 2, crash.nodes()
+    addresses = {str(i["node"]): i["private_address"] for i in lab.instances()}
+    assert sorted(addresses) == sorted(booting)
     for name in booting:
-        assert powered_down_in_slurm(crash.slurm_node(name))  # held: the jobs cannot run
+        fields = crash.slurm_node(name)
+        assert "POWERING_UP" in fields["State"], fields  # asked before the launch
+        assert fields.get("NodeAddr") != addresses[name], fields  # but not told the address
     launched = {i["instance_id"] for i in lab.instances()}
-    assert len(launched) == 2
     dry = json.loads(_dry_run(lab))
     told = {row["target"] for row in dry if row["action"] == "verdict:tell-slurm"}
     assert told == set(booting), dry  # the dry run shows what the next cycle will do
