@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
+from tests.services import postgres
+from tests.services.postgres import PrivatePostgres
+
 REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = REPO / "etc" / "clustermgr.toml.example"
-PG_ADMIN_URL = os.environ.get(
-    "CLUSTERMGR_TEST_PG", "postgresql+psycopg://postgres@127.0.0.1:5432/postgres"
-)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -53,36 +53,46 @@ def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'clustermgr.db'}"
 
 
-def _pg_available() -> bool:
-    try:
-        import psycopg
+def cannot_run(why: str) -> None:
+    """A layer that cannot run here: skipped on a developer's machine, a failure in CI."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{why} (CI runs every layer)")
+    pytest.skip(why)
 
-        with psycopg.connect(
-            "host=127.0.0.1 port=5432 user=postgres dbname=postgres", connect_timeout=3
-        ):
-            return True
-    except Exception:
-        return False
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PrivatePostgres]:
+    """The tests' own PostgreSQL server, started once per session, stopped by pid."""
+    try:
+        server = postgres.start()
+    except postgres.PostgresUnavailable as exc:
+        cannot_run(f"PostgreSQL: {exc}")
+        raise
+    try:
+        yield server
+    finally:
+        postgres.stop(server)
 
 
 @pytest.fixture
-def postgres_url() -> Iterator[str]:
-    """A fresh PostgreSQL database on the local server, dropped afterwards."""
+def postgres_dsn(postgres_server: PrivatePostgres) -> Iterator[str]:
+    """A fresh database on the tests' server (libpq form), dropped afterwards."""
     import psycopg
 
-    if not _pg_available():
-        if os.environ.get("CI"):
-            pytest.fail("PostgreSQL is not reachable on 127.0.0.1:5432 (CI needs it)")
-        pytest.skip("PostgreSQL is not reachable on 127.0.0.1:5432")
     name = f"cmtest_{uuid.uuid4().hex[:12]}"
-    admin = "host=127.0.0.1 port=5432 user=postgres dbname=postgres"
-    with psycopg.connect(admin, autocommit=True) as conn:
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
         conn.execute(f'CREATE DATABASE "{name}"')
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:5432/{name}"
+        yield postgres_server.dsn(name)
     finally:
-        with psycopg.connect(admin, autocommit=True) as conn:
+        with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
             conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def postgres_url(postgres_dsn: str, postgres_server: PrivatePostgres) -> str:
+    """The same fresh database as a SQLAlchemy URL."""
+    return postgres_server.url(postgres_dsn.rsplit("dbname=", 1)[1])
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -91,3 +101,15 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         return f"sqlite:///{tmp_path / 'clustermgr.db'}"
     url: str = request.getfixturevalue("postgres_url")
     return url
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """In CI a skipped test is a layer that did not run: the run fails."""
+    if not os.environ.get("CI") or exitstatus != 0:
+        return
+    reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+    skipped = reporter.stats.get("skipped", []) if reporter is not None else []
+    if skipped:
+        names = ", ".join(sorted({str(r.nodeid) for r in skipped})[:10])
+        reporter.write_line(f"CI: {len(skipped)} tests skipped, every layer must run: {names}")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED

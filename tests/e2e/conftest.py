@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import cannot_run
+
 
 def _can_burst() -> str | None:
     if os.geteuid() != 0:
@@ -25,15 +27,14 @@ def lab_dir() -> Iterator[Path]:
     """A world-traversable directory: hooks run as SlurmUser and must reach the config."""
     missing = _can_burst()
     if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"end-to-end tests cannot run: {missing}")
-        pytest.skip(missing)
+        cannot_run(f"end-to-end tests cannot run: {missing}")
     path = Path(tempfile.mkdtemp(prefix="cm-e2e-", dir="/tmp"))
     path.chmod(0o755)
     try:
         yield path
     finally:
-        shutil.rmtree(path, ignore_errors=True)
+        if not os.environ.get("CM_KEEP_LAB"):  # kept for a post-mortem when set
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def slurm_user_for_hooks() -> str:

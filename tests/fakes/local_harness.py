@@ -17,8 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from clustermgr.config import ProviderSettings
 from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import LaunchSpec, Provider
@@ -26,6 +24,7 @@ from clustermgr.providers.local import LocalProvider, ensure_bridge, remove_brid
 from clustermgr.providers.local import state as local_state
 from clustermgr.providers.local.net import Subnet
 from clustermgr.providers.registry import make_provider
+from tests.conftest import cannot_run
 from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
 
 CLUSTER = "contract"
@@ -47,9 +46,7 @@ def missing_requirement() -> str | None:
 def skip_unless_possible() -> None:
     missing = missing_requirement()
     if missing:
-        if os.environ.get("CI"):
-            pytest.fail(f"local provider tests cannot run: {missing}")
-        pytest.skip(missing)
+        cannot_run(f"local provider tests cannot run: {missing}")
 
 
 def settings_for(state_dir: Path, name: str = "local-test", **overrides: Any) -> ProviderSettings:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, cannot_run
 
 BENCHES = sorted((REPO / "bench").glob("bench_*.py"))
 NEEDS_ROOT = {"bench_squeue.py"}  # starts its own slurmctld
@@ -23,7 +23,7 @@ def test_every_bench_is_found() -> None:
 @pytest.mark.parametrize("bench", BENCHES, ids=lambda path: path.stem)
 def test_bench_quick_mode_runs(bench: Path, tmp_path: Path) -> None:
     if bench.name in NEEDS_ROOT and os.geteuid() != 0:
-        pytest.skip(f"{bench.name} needs root")
+        cannot_run(f"{bench.name} needs root")
     done = subprocess.run(
         [sys.executable, str(bench), "--quick"],
         cwd=tmp_path,  # benches must not depend on the caller's directory

@@ -20,6 +20,7 @@ from sqlalchemy import select
 
 from clustermgr.db.engine import Database
 from clustermgr.db.models import ClusterEvent
+from tests.services.postgres import PrivatePostgres
 
 INTERVAL = 1.0
 
@@ -121,12 +122,14 @@ def test_standby_takes_over_when_the_leader_dies(
 
 
 def test_leader_whose_session_is_killed_stops_acting(
-    pair: tuple[Database, list[subprocess.Popen[bytes]], list[Path]], postgres_url: str
+    pair: tuple[Database, list[subprocess.Popen[bytes]], list[Path]],
+    postgres_url: str,
+    postgres_server: PrivatePostgres,
 ) -> None:
     database, (leader, standby), logs = pair
     start_at = time.time()
     assert wait_for(lambda: source_of(leader) in actors_since(database, start_at), 10)
-    with psycopg.connect("host=127.0.0.1 user=postgres dbname=postgres", autocommit=True) as conn:
+    with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
         killed = conn.execute(
             "SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
             "AND granted AND database = (SELECT oid FROM pg_database WHERE datname = %s)",

@@ -7,17 +7,15 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from clustermgr.config import load_settings
 from clustermgr.slurmconf import render_slurm_conf
-from tests.conftest import EXAMPLE_CONFIG, REPO
+from tests.conftest import EXAMPLE_CONFIG, REPO, cannot_run
 
 
 def test_systemd_unit_verifies(tmp_path: Path) -> None:
     analyze = shutil.which("systemd-analyze")
     if analyze is None:
-        pytest.skip("systemd-analyze is not installed")
+        cannot_run("systemd-analyze is not installed")
     unit = (REPO / "etc" / "systemd" / "cm-scale.service").read_text()
     assert "Type=notify" in unit and "WatchdogSec=" in unit and "ProtectSystem=strict" in unit
     # verify checks that ExecStart exists: point it at this installation's cm-scale

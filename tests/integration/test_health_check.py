@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from clustermgr.health import health_check
+from tests.conftest import cannot_run
 from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
 
 FAKE_SMI = """#!/bin/sh
@@ -24,7 +25,7 @@ done
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[SlurmLab]:
     if os.geteuid() != 0:
-        pytest.skip("needs root to run slurmctld")
+        cannot_run("needs root to run slurmctld")
     groups = [
         NodeGroup("on1", cpus=2, memory_mb=1000, cloud=False, address="127.0.0.1"),
         NodeGroup("gpu[1-2]", cpus=2, memory_mb=1000, gpus=8, gpu_model="a100"),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_cli
+from tests.conftest import cannot_run, run_cli
 from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
 
 CONFIG = """
@@ -38,7 +38,7 @@ gpus = 2
 @pytest.fixture
 def lab(tmp_path: Path) -> Iterator[SlurmLab]:
     if os.geteuid() != 0:
-        pytest.skip("needs root to run slurmctld")
+        cannot_run("needs root to run slurmctld")
     groups = [
         NodeGroup("on[1-2]", cpus=2, memory_mb=1000, cloud=False, address="127.0.0.1"),
         NodeGroup("cloud[1-4]", cpus=2, memory_mb=1000, gpus=2, gpu_model="fake"),

@@ -1,0 +1,1 @@
+"""Services the tests start for themselves (a fresh machine runs none of them)."""

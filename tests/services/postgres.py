@@ -1,0 +1,159 @@
+"""A throwaway PostgreSQL server for the tests: Debian's binaries, a data directory under a
+temporary directory, a free loopback port, started and stopped by pid.
+
+PostgreSQL refuses to run as root, so when the tests run as root the server runs as the
+`postgres` user that Debian's package creates (or as the current user otherwise).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+PG_BIN_GLOB = "/usr/lib/postgresql/*/bin"
+START_TIMEOUT_S = 30.0
+INITDB_ARGS = ("-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
+# throwaway data: durability is not wanted, speed is
+SERVER_ARGS = ("-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "max_connections=200")
+
+
+class PostgresUnavailable(Exception):
+    """The server cannot be started here; the message says what is missing."""
+
+
+@dataclass(frozen=True)
+class PrivatePostgres:
+    host: str
+    port: int
+    user: str
+    pid: int
+    workdir: Path
+
+    def dsn(self, dbname: str = "postgres") -> str:
+        return f"host={self.host} port={self.port} user={self.user} dbname={dbname}"
+
+    def url(self, dbname: str = "postgres") -> str:
+        return f"postgresql+psycopg://{self.user}@{self.host}:{self.port}/{dbname}"
+
+
+def pg_bin_dir() -> Path | None:
+    found = sorted(glob.glob(PG_BIN_GLOB), key=lambda p: int(Path(p).parent.name or 0))
+    for candidate in reversed(found):
+        if os.access(os.path.join(candidate, "initdb"), os.X_OK):
+            return Path(candidate)
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def start(bin_dir: Path | None = None) -> PrivatePostgres:
+    """initdb + postgres on a free port; raises PostgresUnavailable with the reason."""
+    bin_dir = bin_dir or pg_bin_dir()
+    if bin_dir is None:
+        raise PostgresUnavailable(
+            f"no PostgreSQL server binaries under {PG_BIN_GLOB} (install Debian's postgresql)"
+        )
+    as_user: dict[str, object] = {}
+    workdir = Path(tempfile.mkdtemp(prefix="cm-pg-"))
+    if os.geteuid() == 0:
+        try:
+            owner = pwd.getpwnam("postgres")
+        except KeyError:
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise PostgresUnavailable("running as root and there is no `postgres` user") from None
+        os.chown(workdir, owner.pw_uid, owner.pw_gid)
+        as_user = {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
+    data = workdir / "data"
+    socket_dir = ("-k", f"{workdir}")
+    init = subprocess.run(
+        [str(bin_dir / "initdb"), *INITDB_ARGS, "-D", str(data)],
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=workdir,
+        **as_user,  # type: ignore[call-overload]
+    )
+    if init.returncode != 0:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()[-500:]}")
+    port = _free_port()
+    log = open(workdir / "postgres.log", "ab")  # noqa: SIM115 - the server's, closed below
+    try:
+        server = subprocess.Popen(
+            [
+                str(bin_dir / "postgres"),
+                "-D",
+                str(data),
+                "-p",
+                f"{port}",
+                *socket_dir,
+                *SERVER_ARGS,
+            ],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=workdir,
+            **as_user,  # type: ignore[call-overload]
+        )
+    finally:
+        log.close()
+    found = PrivatePostgres("127.0.0.1", port, "postgres", server.pid, workdir)
+    deadline = time.monotonic() + START_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            tail = (workdir / "postgres.log").read_text(errors="replace")[-800:]
+            shutil.rmtree(workdir, ignore_errors=True)
+            raise PostgresUnavailable(f"postgres exited ({server.returncode}): {tail}")
+        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.5):
+            if _accepts(found):
+                return found
+        time.sleep(0.1)
+    stop(found)
+    raise PostgresUnavailable(f"postgres did not accept connections in {START_TIMEOUT_S:.0f} s")
+
+
+def _accepts(server: PrivatePostgres) -> bool:
+    import psycopg
+
+    try:
+        with psycopg.connect(server.dsn(), connect_timeout=2):
+            return True
+    except psycopg.OperationalError:
+        return False
+
+
+def stop(server: PrivatePostgres) -> None:
+    """Fast shutdown by pid (the postmaster's group: it and its children), then remove."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(server.pid, signal.SIGINT)
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline:
+        try:
+            os.killpg(server.pid, 0)
+        except ProcessLookupError:
+            break
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(server.pid, os.WNOHANG)
+        time.sleep(0.1)
+    else:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(server.pid, signal.SIGKILL)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(server.pid, 0)
+    shutil.rmtree(server.workdir, ignore_errors=True)
