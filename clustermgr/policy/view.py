@@ -61,12 +61,7 @@ class NodeView:
 
     @property
     def idle(self) -> bool:
-        return (
-            self.state is NodeState.UP
-            and self.slurm is not None
-            and self.slurm.state == "IDLE"
-            and not self.slurm.powering_up
-        )
+        return self.state is NodeState.UP and self.slurm is not None and self.slurm.idle
 
 
 @dataclass(frozen=True)

@@ -247,8 +247,7 @@ def slurm_facts(record: NodeRecord, seen: WorkloadNode | None, now: datetime) ->
     if seen is None:
         return None
     slurm_state = "+".join([seen.state, *sorted(seen.flags)])
-    idle = seen.state == "IDLE" and not seen.powered_down and not seen.powering_up
-    idle_since = (record.idle_since or now) if idle else None
+    idle_since = (record.idle_since or now) if seen.idle else None
     if slurm_state == record.slurm_state and idle_since == record.idle_since:
         return None
     return SlurmFacts(slurm_state, idle_since)

@@ -37,6 +37,21 @@ class WorkloadNode:
         return "POWERING_UP" in self.flags
 
     @property
+    def completing(self) -> bool:
+        """A job's epilog or cleanup still runs on it (`IDLE+COMPLETING` is not idle)."""
+        return self.state == "COMPLETING" or "COMPLETING" in self.flags
+
+    @property
+    def idle(self) -> bool:
+        """Up, and nothing running or finishing on it: a stop loses no work."""
+        return (
+            self.state == "IDLE"
+            and not self.completing
+            and not self.powered_down
+            and not self.powering_up
+        )
+
+    @property
     def responding(self) -> bool:
         return "NOT_RESPONDING" not in self.flags
 

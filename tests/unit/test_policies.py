@@ -159,6 +159,23 @@ def test_idle_timeout_waits_for_the_limit_and_the_paid_period() -> None:
     assert [s.node for s in stopped.stops] == ["g1"]
 
 
+def test_idle_timeout_never_stops_a_node_whose_job_is_still_completing() -> None:
+    # Slurm shows `IDLE+COMPLETING` while the epilog runs; stopping then would kill the
+    # slurmd the job's end waits for, and the job would hang in CG
+    completing = slot(
+        "g1",
+        NodeState.UP,
+        slurm=WorkloadNode("g1", "IDLE", frozenset({"CLOUD", "COMPLETING"})),
+        idle_since=NOW - timedelta(minutes=11),
+        launched_at=NOW - timedelta(minutes=40),
+    )
+    assert not completing.idle
+    decision = run(
+        [PolicyRef(name="idle_timeout", options={"minutes": 10})], view([completing], [])
+    )
+    assert decision.stops == ()
+
+
 def test_min_max_keeps_warm_nodes_and_caps_launches() -> None:
     warm = run([PolicyRef(name="min_max", options={"template": "gpu", "min": 2})], view(SLOTS, []))
     assert warm.launching("gpu") == 2
