@@ -1,5 +1,6 @@
 """Jobs burst onto local-provider nodes (real slurmd in network namespaces) through
-repeated `cm-scale --once`, complete, and the nodes scale back down."""
+repeated `cm-scale --once`, complete, and the nodes scale back down. Slurm mode here (with
+a 2-node job and GPUs); policy mode runs through the daemon on every cloud in test_clouds.py."""
 
 from __future__ import annotations
 
@@ -51,29 +52,3 @@ def test_slurm_mode_jobs_complete_then_nodes_power_down(slurm_mode_lab: BurstLab
     history = json.loads(lab.clustermgr("events", "--since", "1h", "--json").stdout)
     assert any(e["new_state"] == "BOOTING" for e in history)
     assert any(e["new_state"] == "POWERED_DOWN" and e["old_state"] == "STOPPING" for e in history)
-
-
-@pytest.fixture
-def policy_mode_lab(lab_dir: Path) -> Iterator[BurstLab]:
-    lab = BurstLab(lab_dir, BurstLabSpec(demand_mode="policy"))
-    try:
-        yield lab.start()
-    finally:
-        lab.stop()
-
-
-def test_policy_mode_holds_nodes_until_the_policy_launches(policy_mode_lab: BurstLab) -> None:
-    lab = policy_mode_lab
-    lab.cm_scale_once()
-    assert set(lab.node_states().values()) == {"drained~"}  # held: Slurm cannot resume them
-    jobs = burst_jobs(lab)
-    dry = json.loads(lab.clustermgr("policy", "dry-run", "--json").stdout)
-    launches = [row for row in dry if row["action"] == "launch"]
-    assert launches and launches[0]["target"] == "local-gpu"
-    lab.run_until(lambda: all_completed(lab, jobs), timeout_s=300)
-    assert "GPUS=0,1" in lab.job_output(jobs[5])
-
-    def scaled_down() -> bool:
-        return set(lab.node_states().values()) == {"drained~"} and lab.instances() == []
-
-    lab.run_until(scaled_down, timeout_s=180, pause_s=3)
