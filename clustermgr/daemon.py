@@ -31,6 +31,7 @@ from clustermgr.config import Settings, load_settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import DaemonStatus, Node
 from clustermgr.errors import ClusterMgrError, ErrorKind
+from clustermgr.exposure import exposed_secret_files
 from clustermgr.leader import LeaderLock, make_lock
 from clustermgr.lifecycle import ACTIVE_CLOUD_STATES
 from clustermgr.metrics import Metrics, pending_gpus
@@ -87,6 +88,8 @@ class Daemon:
         sdnotify.ready(f"started as {self.role}")
         self.heartbeat()
         log.info("cm-scale started (pid %d, %s)", os.getpid(), self.status_id)
+        for warning in exposed_secret_files(self.settings, self.config_path):
+            log.warning("%s", warning.removeprefix("warning: "))
         while not self.stop_event.is_set():
             self.stop_event.wait(0.5)
             if self.reload_event.is_set():

@@ -26,6 +26,7 @@ def check(app: AppContext, no_slurm: bool) -> None:
     Exit 2 with one line per problem (invalid config, or a template that does not match
     slurm.conf); exit 1 when Slurm cannot be asked.
     """
+    from clustermgr.exposure import exposed_secret_files
     from clustermgr.paths import config_path
     from clustermgr.policy.loader import load_chain
 
@@ -38,6 +39,8 @@ def check(app: AppContext, no_slurm: bool) -> None:
     )
     names = ", ".join(ref.name for ref in settings.policy.chain) or "none"
     click.echo(f"policy chain: {names}: every policy loads with its options")
+    for warning in exposed_secret_files(settings, config_path(app.config_path)):
+        click.echo(warning, err=True)
     if no_slurm:
         return
     problems = slurm_mismatches(app)

@@ -13,7 +13,7 @@ import pytest
 from tests.conftest import REPO, cannot_run
 
 BENCHES = sorted((REPO / "bench").glob("bench_*.py"))
-NEEDS_ROOT = {"bench_squeue.py"}  # starts its own slurmctld
+NEEDS_ROOT = {"bench_squeue.py", "bench_takeover.py"}  # their own slurmctld, PostgreSQL
 
 
 def test_every_bench_is_found() -> None:

@@ -203,3 +203,29 @@ def test_looking_at_templates_never_creates_a_database(tmp_path: Path) -> None:
     assert listed.returncode == 0, listed.stderr
     assert {t["failures_in_a_row"] for t in json.loads(listed.stdout)} == {None}
     assert not (tmp_path / "new").exists()  # no empty SQLite file, not even its directory
+
+
+def test_config_check_warns_about_secret_files_others_can_read(tmp_path: Path) -> None:
+    secret = tmp_path / "azure.secret"
+    secret.write_text("not-a-real-secret-4b7c\n")
+    secret.chmod(0o644)
+    text = EXAMPLE_CONFIG.read_text().replace("/etc/clustermgr/azure.secret", str(secret))
+    start = text.index("\n[database]")
+    end = text.index("\n[", start + 1)
+    password_url = '\n[database]\nurl = "postgresql+psycopg://cm:hunter2-pw@db.example/cm"\n'
+    config = tmp_path / "clustermgr.toml"
+    config.write_text(text[:start] + password_url + text[end:])
+    config.chmod(0o644)
+    done = run_cli("--config", str(config), "config", "check", "--no-slurm")
+    assert done.returncode == 0, done.stderr
+    warnings = done.stderr.strip().splitlines()
+    assert f"warning: {config} holds the database password (database.url)" in warnings[0]
+    assert "(mode 0644): chmod 600" in warnings[0]
+    assert any(w.startswith(f"warning: {secret} holds provider") for w in warnings), warnings
+    assert "hunter2" not in done.stdout + done.stderr
+    assert "not-a-real-secret" not in done.stdout + done.stderr
+    config.chmod(0o600)
+    secret.chmod(0o600)
+    quiet = run_cli("--config", str(config), "config", "check", "--no-slurm")
+    assert quiet.returncode == 0
+    assert not [line for line in quiet.stderr.splitlines() if str(tmp_path) in line], quiet.stderr
