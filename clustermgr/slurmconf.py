@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from clustermgr.config import Settings, TemplateSettings, slurm_features
 from clustermgr.db.models import InstanceTypeRow
@@ -16,6 +17,7 @@ HOOKS = {
     "ResumeFailProgram": "clustermgr-slurm-resume-fail",
 }
 SUSPEND_TIMEOUT_S = 120
+RESUME_MARGIN_S = 60  # ResumeTimeout's slack over the worst boot plus a fallback
 
 
 @dataclass(frozen=True)
@@ -42,7 +44,7 @@ def resume_timeout_s(settings: Settings) -> int:
             (settings.template(f).boot_timeout_s for f in template.fallback_templates), default=0
         )
         worst = max(worst, template.boot_timeout_s + 2 * settings.daemon.interval_s + fallback)
-    return int(worst) + 60
+    return int(worst) + RESUME_MARGIN_S
 
 
 def render_slurm_conf(
@@ -121,9 +123,62 @@ def check_against_slurm(
         problems.append("slurm: PrivateData lacks 'cloud': powered-down cloud nodes are invisible")
     if "enable_configless" not in config.get("SlurmctldParameters", ""):
         problems.append("slurm: SlurmctldParameters lacks enable_configless")
+    if settings.templates:
+        problems.extend(_check_hooks(config))
+        problems.extend(_check_resume_timeout(settings, config))
     for template in settings.templates:
         problems.extend(_check_template(template, nodes, facts))
     return problems
+
+
+def _check_hooks(config: Mapping[str, str]) -> list[str]:
+    """Slurm's power-saving programs must be ours (or a wrapper that runs ours)."""
+    problems = []
+    for key, program in HOOKS.items():
+        configured = config.get(key, "").split(" ", 1)[0]
+        if configured in ("", "(null)"):
+            problems.append(f"slurm: {key} is not set: set {key}=/path/to/{program}")
+        elif not _runs(configured, program):
+            problems.append(
+                f"slurm: {key} is {configured}, not clustermgr's {program}: Slurm's "
+                f"{_HOOK_PURPOSE[key]} never reach cm-scale"
+            )
+    return problems
+
+
+_HOOK_PURPOSE = {
+    "ResumeProgram": "power-up requests",
+    "SuspendProgram": "power-down requests",
+    "ResumeFailProgram": "boot failures",
+}
+WRAPPER_MAX_BYTES = 64 * 1024
+
+
+def _runs(configured: str, program: str) -> bool:
+    """The configured path is the hook, or a small script that names it."""
+    path = Path(configured)
+    if path.name == program:
+        return True
+    try:
+        if path.stat().st_size > WRAPPER_MAX_BYTES:
+            return False
+        return program in path.read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def _check_resume_timeout(settings: Settings, config: Mapping[str, str]) -> list[str]:
+    words = config.get("ResumeTimeout", "").split()
+    if not words or not words[0].isdigit():
+        return []
+    configured, needed = int(words[0]), resume_timeout_s(settings) - RESUME_MARGIN_S
+    if configured >= needed:
+        return []
+    return [
+        f"slurm: ResumeTimeout is {configured} s, shorter than the worst boot plus a fallback "
+        f"({needed} s): Slurm would give up on nodes still booting; set "
+        f"ResumeTimeout={resume_timeout_s(settings)}"
+    ]
 
 
 def _check_template(
@@ -168,8 +223,19 @@ def _node_mismatch(template: TemplateSettings, node: WorkloadNode) -> str | None
         return (
             f"Slurm has RealMemory={node.memory_mb}, more than the template's {template.memory_mb}"
         )
+    if node.memory_mb <= 1 and template.memory_mb > 1:
+        return (
+            f"Slurm has no RealMemory (jobs that ask for memory never fit): set "
+            f"RealMemory={template.memory_mb}"
+        )
     if node.gpus != template.gpus:
         return f"Slurm has {node.gpus} GPUs, the template says {template.gpus}"
+    if template.gpus and node.gpu_model != template.gpu_model:
+        typed = f"gpu:{node.gpu_model}:{node.gpus}" if node.gpu_model else f"gpu:{node.gpus}"
+        return (
+            f"Slurm has Gres={typed}, the template's GPUs are {template.gpu_model}: jobs asking "
+            f"for --gres=gpu:{template.gpu_model} would never fit"
+        )
     if template.partition not in node.partitions:
         return f"is not in partition {template.partition} (Slurm: {','.join(node.partitions)})"
     return None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -11,6 +12,8 @@ import pytest
 
 from tests.conftest import cannot_run, run_cli
 from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
+
+BIN = Path(sys.executable).parent  # clustermgr's hooks: what `config check` wants to see
 
 CONFIG = """
 [cluster]
@@ -44,7 +47,11 @@ def lab(tmp_path: Path) -> Iterator[SlurmLab]:
         NodeGroup("cloud[1-4]", cpus=2, memory_mb=1000, gpus=2, gpu_model="fake"),
     ]
     partitions = [Partition("batch", "on[1-2]", default=True), Partition("cloud", "cloud[1-4]")]
-    with SlurmLab(tmp_path / "slurm", groups, partitions) as running:
+    hooks = {
+        f"{kind.replace('-', '_')}_program": str(BIN / f"clustermgr-slurm-{kind}")
+        for kind in ("resume", "suspend", "resume-fail")
+    }
+    with SlurmLab(tmp_path / "slurm", groups, partitions, resume_timeout=3600, **hooks) as running:
         yield running
 
 

@@ -1,5 +1,8 @@
 from __future__ import annotations
 
+from dataclasses import replace
+from pathlib import Path
+
 from clustermgr.config import load_settings
 from clustermgr.slurmconf import (
     InstanceFacts,
@@ -50,6 +53,7 @@ def test_check_reports_one_line_per_mismatch() -> None:
             cpus=2,
             memory_mb=900,
             gpus=2,
+            gpu_model="fake",
             partitions=("cloud",),
         )
         for i in range(1, 5)
@@ -62,9 +66,58 @@ def test_check_reports_one_line_per_mismatch() -> None:
         settings, {"PrivateData": "none", "SlurmctldParameters": ""}, nodes, small
     )
     assert problems[0].startswith("slurm: PrivateData lacks 'cloud'")
-    assert "template aws-a100: nodes aws-a100-[001-016] are not in slurm.conf" in problems[2]
+    assert any(
+        p.startswith("template aws-a100: nodes aws-a100-[001-016] are not in slurm.conf")
+        for p in problems
+    )
     assert "template local-gpu: node cloud2: is not State=CLOUD in slurm.conf" in problems
     assert (
         "template aws-a100: instance type p4de.24xlarge is smaller than the Slurm node "
         "definition (48 vCPUs < 96)" in problems
     )
+
+
+def test_check_finds_a_slurm_not_set_up_for_bursting(tmp_path: Path) -> None:
+    """What an admin tried: hooks that are /bin/true, untyped `Gres=gpu:2`, no RealMemory
+    and a ResumeTimeout shorter than a boot: `config check` must not say it matches."""
+    settings = load_settings(EXAMPLE_CONFIG)
+    local = next(t for t in settings.templates if t.provider == "local")
+    assert local.gpus and local.gpu_model
+    wrapper = tmp_path / "resume-wrapper"
+    wrapper.write_text('#!/bin/sh\nexec /usr/local/bin/clustermgr-slurm-resume-fail "$@"\n')
+    config = {
+        "PrivateData": "cloud",
+        "SlurmctldParameters": "enable_configless",
+        "ResumeProgram": "/bin/true",
+        "SuspendProgram": "/bin/true",
+        "ResumeFailProgram": str(wrapper),  # a wrapper that runs ours is ours
+        "ResumeTimeout": "60 sec",
+    }
+    untyped = {
+        name: WorkloadNode(
+            name,
+            "IDLE",
+            frozenset({"CLOUD", "POWERED_DOWN"}),
+            cpus=local.cpus,
+            memory_mb=local.memory_mb,
+            gpus=local.gpus,
+            partitions=(local.partition,),
+        )
+        for name in local.node_names
+    }
+    problems = check_against_slurm(settings, config, untyped)
+    assert (
+        "slurm: ResumeProgram is /bin/true, not clustermgr's clustermgr-slurm-resume"
+        in (problems[0])
+    )
+    assert problems[1].startswith("slurm: SuspendProgram is /bin/true, not clustermgr's")
+    assert problems[2].startswith("slurm: ResumeTimeout is 60 s, shorter than the worst boot")
+    assert f"set ResumeTimeout={resume_timeout_s(settings)}" in problems[2]
+    assert not any("ResumeFailProgram" in p for p in problems)
+    gres = f"template {local.name}: node {local.node_names[0]}: Slurm has Gres=gpu:{local.gpus}"
+    assert any(p.startswith(gres) for p in problems), problems
+    no_memory = {
+        n: replace(node, gpu_model=local.gpu_model, memory_mb=1) for n, node in untyped.items()
+    }
+    problems = check_against_slurm(settings, config, no_memory)
+    assert any("Slurm has no RealMemory" in p for p in problems), problems
