@@ -50,8 +50,18 @@ def _from_file(name: str, path: Path) -> type[Any]:
         spec.loader.exec_module(module)
     except FileNotFoundError:
         raise ConfigError(f"policy {name!r}: no such file {path}") from None
+    except SyntaxError as exc:
+        raise ConfigError(
+            f"policy {name!r}: {path}:{exc.lineno}: invalid Python: {exc.msg}"
+        ) from None
+    except SystemExit as exc:  # foreign code: it must not end the caller
+        raise ConfigError(
+            f"policy {name!r}: {path} called sys.exit({exc.code!r}) while loading"
+        ) from None
     except Exception as exc:
-        raise ConfigError(f"policy {name!r}: {path} failed to load: {exc}") from None
+        raise ConfigError(
+            f"policy {name!r}: {path} failed to load: {type(exc).__name__}: {exc}"
+        ) from None
     for _, obj in inspect.getmembers(module, inspect.isclass):
         if getattr(obj, "name", None) == name and callable(getattr(obj, "decide", None)):
             found: type[Any] = obj

@@ -35,7 +35,7 @@ from clustermgr.scaling.protection import template_health
 from clustermgr.scaling.reconcile import Judgment, reconcile
 from clustermgr.scaling.verdicts import Verdict
 from clustermgr.workload.base import Workload
-from clustermgr.workload.hooks import read_requests
+from clustermgr.workload.hooks import read_requests, reject_malformed
 from clustermgr.workload.slurm import SlurmCli
 
 log = logging.getLogger(__name__)
@@ -125,6 +125,9 @@ class Engine:
         report.duration_s = time.monotonic() - start
         if not dry_run:
             self._record("cycle", report.summary())
+            for line in reject_malformed(self.spool):
+                log.warning("%s", line)
+                self._record("spool", line)
         return report
 
     # --- the cycle ---------------------------------------------------------------------

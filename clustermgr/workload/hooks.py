@@ -190,28 +190,68 @@ def poke(socket_path: Path) -> None:
         sock.close()
 
 
+REQUEST_KINDS = frozenset({"resume", "suspend", "resume-fail"})
+REJECTED_SUFFIX = ".rejected"
+
+
 def read_requests(spool: Path) -> list[HookRequest]:
-    """Every complete request file in the spool, oldest first (unreadable ones skipped)."""
+    """Every well-formed request file in the spool, oldest first (see `malformed`)."""
     found: list[HookRequest] = []
+    for path in _entries(spool):
+        request, _problem = _read_request(path)
+        if request is not None:
+            found.append(request)
+    return found
+
+
+def reject_malformed(spool: Path) -> list[str]:
+    """Move aside the request files no hook wrote (a hook writes them whole, by rename):
+    one line each saying which file, what is wrong and where it went."""
+    lines = []
+    for path in _entries(spool):
+        request, problem = _read_request(path)
+        if request is not None or problem is None:
+            continue
+        aside = path.with_name(path.name + REJECTED_SUFFIX)
+        try:
+            os.replace(path, aside)
+        except OSError as exc:
+            lines.append(f"spool: {path}: {problem}; cannot move it aside: {exc.strerror}")
+            continue
+        lines.append(f"spool: {path.name}: {problem}; moved aside to {aside.name}")
+    return lines
+
+
+def _entries(spool: Path) -> list[Path]:
     try:
-        entries = sorted(p for p in spool.iterdir() if p.suffix == ".json")
+        return sorted(p for p in spool.iterdir() if p.suffix == ".json")
     except FileNotFoundError:
         return []
-    for path in entries:
-        try:
-            data = json.loads(path.read_text())
-            found.append(
-                HookRequest(
-                    kind=str(data["kind"]),
-                    nodes=tuple(str(n) for n in data["nodes"]),
-                    jobs={str(j): tuple(n) for j, n in dict(data.get("jobs", {})).items()},
-                    at=float(data["at"]),
-                    path=path,
-                )
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            continue
-    return found
+
+
+def _read_request(path: Path) -> tuple[HookRequest | None, str | None]:
+    """The request, or what is wrong with the file (None for both: it vanished)."""
+    try:
+        data = json.loads(path.read_bytes().decode("utf-8"))
+    except FileNotFoundError:
+        return None, None
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror}"
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, f"not JSON: {str(exc).splitlines()[0][:120]}"
+    try:
+        kind = str(data["kind"])
+        if kind not in REQUEST_KINDS:
+            return None, f"unknown kind {kind[:40]!r}"
+        nodes = data["nodes"]
+        if not isinstance(nodes, list) or not all(isinstance(n, str) and n for n in nodes):
+            return None, "'nodes' is not a list of node names"
+        jobs = {str(j): tuple(str(n) for n in ns) for j, ns in dict(data.get("jobs", {})).items()}
+        return HookRequest(kind, tuple(nodes), jobs, float(data["at"]), path), None
+    except KeyError as exc:
+        return None, f"missing key {exc}"
+    except (TypeError, ValueError, AttributeError):
+        return None, "fields of the wrong type"
 
 
 def consume(requests: Iterable[HookRequest]) -> None:

@@ -47,7 +47,6 @@ class SlurmCli:
             done = subprocess.run(
                 argv,
                 capture_output=True,
-                text=True,
                 timeout=timeout_s or self.timeout_s,
                 env={**os.environ, "LC_ALL": "C"},
                 check=False,
@@ -62,9 +61,16 @@ class SlurmCli:
                 "(is slurmctld running and reachable?)"
             ) from None
         if done.returncode != 0:
-            message = _first_line(done.stderr) or _first_line(done.stdout) or "no message"
+            stdout, stderr = (out.decode("utf-8", "replace") for out in (done.stdout, done.stderr))
+            message = _first_line(stderr) or _first_line(stdout) or "no message"
             raise WorkloadError(f"`{shown}` failed (exit {done.returncode}): {message}")
-        return done.stdout
+        try:
+            return str(done.stdout.decode("utf-8"))
+        except UnicodeDecodeError as exc:  # node names are ASCII: this output is not Slurm's
+            raise WorkloadError(
+                f"`{shown}` printed bytes that are not UTF-8 (at byte {exc.start}): "
+                "nothing done on it"
+            ) from None
 
     def run_json(self, command: str, *args: str) -> dict[str, Any]:
         text = self.run(command, *args, "--json")

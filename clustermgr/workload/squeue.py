@@ -112,20 +112,22 @@ def _tres(text: str) -> tuple[int, int, int]:
 
 
 def parse_running(text: str) -> list[RunningJob]:
-    from clustermgr.hostlists import expand
+    from clustermgr.hostlists import HostlistError, expand
 
     jobs = []
-    for line in text.splitlines():
+    for number, line in enumerate(text.splitlines(), 1):
         fields = line.split(TAB)
         if len(fields) < len(RUNNING_FIELDS) or not fields[0].strip():
             continue
         nodelist = fields[1].strip()
+        try:
+            nodes = tuple(expand(nodelist)) if nodelist and nodelist != "(null)" else ()
+        except HostlistError as exc:
+            raise WorkloadError(
+                f"squeue line {number}: node list {nodelist[:60]!r} is not a hostlist: {exc}"
+            ) from None
         jobs.append(
-            RunningJob(
-                job_id=fields[0].strip(),
-                nodes=tuple(expand(nodelist)) if nodelist and nodelist != "(null)" else (),
-                end_time=timestamp(fields[2]),
-            )
+            RunningJob(job_id=fields[0].strip(), nodes=nodes, end_time=timestamp(fields[2]))
         )
     return jobs
 

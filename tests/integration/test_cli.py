@@ -179,7 +179,9 @@ def test_config_check_loads_the_policy_chain(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text("class Broken:\n    name = 'broken'\n    def decide(self, view)\n")
     cases = {
-        f'[{{ name = "broken", path = "{broken}" }}]': f"policy 'broken': {broken} failed to load",
+        f'[{{ name = "broken", path = "{broken}" }}]': (
+            f"policy 'broken': {broken}:3: invalid Python"
+        ),
         '[{ name = "no_such_policy" }]': "policy 'no_such_policy': not built in",
         '[{ name = "idle_timeout", options = { hours = 2 } }]': (
             "policy 'idle_timeout': bad options"
