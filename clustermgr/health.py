@@ -133,18 +133,36 @@ def dcgm_problems() -> list[str]:
     return [f"dcgmi health: {line.strip()}" for line in text.splitlines() if "Failure" in line][:1]
 
 
-def first_check_since_boot(facts: SlurmNodeFacts, marker_dir: Path = MARKER_DIR) -> bool:
-    """True once per slurmd start (a marker keyed by node name and slurmd start time)."""
+def slurmd_start_id(facts: SlurmNodeFacts) -> str:
+    """Which slurmd start this check belongs to. Run by slurmd: that slurmd's pid and start
+    time, known locally at once (slurmd runs the first check before slurmctld has its
+    registration, when Slurm still shows the previous SlurmdStartTime or none). Run by
+    hand: Slurm's SlurmdStartTime."""
+    parent = os.getppid()
+    try:
+        comm = Path(f"/proc/{parent}/comm").read_text().strip()
+        started = Path(f"/proc/{parent}/stat").read_text().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return facts.slurmd_start
+    return f"slurmd {parent} start {started}" if comm == "slurmd" else facts.slurmd_start
+
+
+def first_check_since_boot(
+    facts: SlurmNodeFacts, marker_dir: Path = MARKER_DIR, started: str | None = None
+) -> bool:
+    """True once per slurmd start (a marker keyed by node name and slurmd start)."""
     marker = marker_dir / facts.name
     try:
-        return marker.read_text() != facts.slurmd_start
+        return marker.read_text() != (started or facts.slurmd_start)
     except OSError:
         return True
 
 
-def remember_checked(facts: SlurmNodeFacts, marker_dir: Path = MARKER_DIR) -> None:
+def remember_checked(
+    facts: SlurmNodeFacts, marker_dir: Path = MARKER_DIR, started: str | None = None
+) -> None:
     marker_dir.mkdir(parents=True, exist_ok=True)
-    (marker_dir / facts.name).write_text(facts.slurmd_start)
+    (marker_dir / facts.name).write_text(started or facts.slurmd_start)
 
 
 def node_name(explicit: str | None, slurm_bin: Path = Path("/usr/bin")) -> str:
@@ -196,8 +214,9 @@ def health_check(node: str, slurm_bin: Path, marker_dir: Path = MARKER_DIR) -> H
             except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
                 problems.append(str(exc))
         problems += xid_problems() + dcgm_problems()
-    boot = first_check_since_boot(facts, marker_dir)
-    remember_checked(facts, marker_dir)
+    started = slurmd_start_id(facts)
+    boot = first_check_since_boot(facts, marker_dir, started)
+    remember_checked(facts, marker_dir, started)
     if not problems:
         return HealthResult(node, True, (), boot, "none")
     detail = "; ".join(problems)[:200]

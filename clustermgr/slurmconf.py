@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -162,7 +163,10 @@ def _runs(configured: str, program: str) -> bool:
     try:
         if path.stat().st_size > WRAPPER_MAX_BYTES:
             return False
-        return program in path.read_text(errors="replace")
+        return (
+            re.search(rf"{re.escape(program)}(?![\w-])", path.read_text(errors="replace"))
+            is not None
+        )
     except OSError:
         return False
 

@@ -177,7 +177,7 @@ def make_lab(lab_dir: Path, mode: str, boot_timeout_s: int = 600) -> Iterator[Aw
         suspend_program=hooks["suspend"],
         resume_fail_program=hooks["resume-fail"],
         suspend_time=3600,
-        resume_timeout=600,
+        resume_timeout=3600,  # > boot + 2 cycles + a fallback's boot (config check)
         suspend_timeout=5,
     )
     try:

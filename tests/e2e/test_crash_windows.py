@@ -94,7 +94,11 @@ class CrashLab:
                 self.block.unlink()
                 return cycles
             time.sleep(2)
-        raise TimeoutError(f"no cycle reached `scontrol ... {pattern}` in {timeout_s:.0f} s")
+        self.block.unlink()
+        raise TimeoutError(
+            f"no cycle reached `scontrol ... {pattern}` in {timeout_s:.0f} s\n"
+            f"{self.lab.diagnosis()}"
+        )
 
     def nodes(self) -> dict[str, dict[str, object]]:
         rows = json.loads(self.lab.clustermgr("nodes", "list", "--json").stdout)

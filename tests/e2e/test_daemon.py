@@ -1,6 +1,7 @@
 """cm-scale as a real service process against a real slurmctld and the local cloud:
 READY on NOTIFY_SOCKET, woken by the resume hook well before its interval, metrics that
-the Grafana dashboard can use, SIGHUP reload (and refusal), clean SIGTERM."""
+a real Prometheus scrapes and every query of the Grafana dashboard answers, SIGHUP reload
+(and refusal), clean SIGTERM."""
 
 from __future__ import annotations
 
@@ -16,9 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import REPO
+from tests.conftest import REPO, cannot_run
 from tests.labs.burstlab import BurstLab, BurstLabSpec
 from tests.labs.slurmlab import free_port
+from tests.services.prometheus import Prometheus, PrometheusUnavailable
+from tests.services.prometheus import running as prometheus_server
 
 INTERVAL_S = 120  # far longer than the test waits: only the hook's poke can start a cycle
 
@@ -62,7 +65,24 @@ def dashboard_metrics() -> set[str]:
     return names
 
 
-def test_daemon_serves_wakes_reloads_and_stops(lab: BurstLab, tmp_path: Path) -> None:
+def dashboard_queries() -> list[str]:
+    dashboard = json.loads((REPO / "etc" / "grafana" / "clustermgr-dashboard.json").read_text())
+    return [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+
+
+@pytest.fixture
+def prometheus(lab: BurstLab) -> Iterator[Prometheus]:
+    """Debian's Prometheus scraping the daemon's metrics port every second."""
+    try:
+        with prometheus_server([f"127.0.0.1:{lab.spec.metrics_port}"]) as server:
+            yield server
+    except PrometheusUnavailable as exc:
+        cannot_run(str(exc))
+
+
+def test_daemon_serves_wakes_reloads_and_stops(
+    lab: BurstLab, tmp_path: Path, prometheus: Prometheus
+) -> None:
     notify_path = tmp_path / "notify.sock"
     notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     notify.bind(str(notify_path))
@@ -100,6 +120,13 @@ def test_daemon_serves_wakes_reloads_and_stops(lab: BurstLab, tmp_path: Path) ->
         }
         missing = {m for m in dashboard_metrics() if not any(s.startswith(m) for s in samples)}
         assert not missing, f"dashboard queries name metrics the daemon does not export: {missing}"
+        wait_until(  # enough scrapes for rate() and increase() to have two points
+            lambda: prometheus.query("count_over_time(clustermgr_leader[5m]) >= 3"),
+            30,
+            "Prometheus to scrape the daemon three times",
+        )
+        empty = [q for q in dashboard_queries() if not prometheus.query(q)]
+        assert not empty, f"dashboard queries that return no series: {empty}"
 
         lab.write_config(interval_s=INTERVAL_S + 1)
         daemon.send_signal(signal.SIGHUP)

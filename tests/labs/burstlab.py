@@ -106,7 +106,8 @@ class BurstLab:
             suspend_program=str(hooks["suspend"]),
             resume_fail_program=str(hooks["resume-fail"]),
             suspend_time=3600,
-            resume_timeout=int(s.boot_timeout_s * 2 + 30),
+            # what `clustermgr slurm conf` would set (boot + 2 cycles + a margin), or more
+            resume_timeout=int(s.boot_timeout_s + 2 * s.interval_s + 120),
             suspend_timeout=5,
             extra_conf=extra,
         )
