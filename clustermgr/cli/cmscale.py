@@ -12,6 +12,7 @@ from clustermgr import __version__
 from clustermgr.errors import ClusterMgrError
 
 log = logging.getLogger("cm-scale")
+SDK_LOGGERS = ("azure", "botocore", "boto3", "openstack", "keystoneauth", "apscheduler")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -40,6 +41,9 @@ def cm_scale(
         level=logging.DEBUG if debug else logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
+    if not debug:  # the SDKs log every HTTP request (and APScheduler every run) at INFO
+        for chatty in SDK_LOGGERS:
+            logging.getLogger(chatty).setLevel(logging.WARNING)
     app = AppContext(config_path=config_path, db_url=db_url, debug=debug)
     settings = app.settings()
     database = app.database()

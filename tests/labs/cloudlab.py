@@ -108,6 +108,9 @@ class BootAgent:
     log_dir: Path
     booted: dict[str, tuple[int, int | None]] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
+    log: list[str] = field(default_factory=list)  # what it booted and powered off, and why
+    addresses: dict[str, str] = field(default_factory=dict)  # booted instance -> its address
+    _last_seen: dict[str, str] = field(default_factory=dict)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -124,22 +127,37 @@ class BootAgent:
                 self.errors.append(f"{type(exc).__name__}: {exc}")
 
     def step(self, instances: dict[str, CloudInstance]) -> None:
-        running = {
-            i.instance_id: i
-            for i in instances.values()
-            if i.state in (InstanceState.PENDING, InstanceState.RUNNING)
-            and i.node_name
-            and i.private_address
-        }
-        for instance_id, instance in running.items():
-            if instance_id not in self.booted:
-                self._boot(instance)
-        for instance_id in [i for i in self.booted if i not in running]:
-            self._power_off(instance_id)
+        # a machine stops when its instance is gone or going, not when one listing shows it
+        # half (a tag update in flight); it boots at an address two listings agree on (the
+        # Azure fake re-creates a failed attempt's NIC under the same name, with a new IP)
+        gone = (InstanceState.STOPPING, InstanceState.TERMINATED, InstanceState.ERROR)
+        for instance_id in list(self.booted):
+            listed = instances.get(instance_id)
+            if listed is None or listed.state in gone:
+                why = "gone from the listing" if listed is None else listed.state.value
+                self._power_off(instance_id, why)
+            elif listed.private_address and listed.private_address != self.addresses[instance_id]:
+                self._power_off(instance_id, f"address now {listed.private_address}")
+        seen = {}
+        for instance in instances.values():
+            if (
+                instance.instance_id not in self.booted
+                and instance.state in (InstanceState.PENDING, InstanceState.RUNNING)
+                and instance.node_name
+                and instance.private_address
+            ):
+                seen[instance.instance_id] = instance.private_address
+                if self._last_seen.get(instance.instance_id) == instance.private_address:
+                    self._boot(instance)
+        self._last_seen = seen
 
     def _boot(self, instance: CloudInstance) -> None:
         assert instance.node_name and instance.private_address
         short = local_id(instance.instance_id)
+        self.log.append(
+            f"booted {instance.instance_id} ({instance.node_name}) at {instance.private_address}"
+        )
+        self.addresses[instance.instance_id] = instance.private_address
         net.create_network(short, self.subnet, instance.private_address)
         self.booted[instance.instance_id] = net.spawn_slurmd(
             short,
@@ -149,7 +167,8 @@ class BootAgent:
             self.log_dir / f"slurmd.{instance.node_name}.{short}.log",
         )
 
-    def _power_off(self, instance_id: str) -> None:
+    def _power_off(self, instance_id: str, why: str) -> None:
+        self.log.append(f"powered off {instance_id}: {why}")
         short = local_id(instance_id)
         net.stop_instances({short: self.booted.pop(instance_id)})
         net.delete_network(short)
@@ -160,7 +179,7 @@ class BootAgent:
             self._thread.join(10)
         for instance_id in list(self.booted):
             with contextlib.suppress(Exception):
-                self._power_off(instance_id)
+                self._power_off(instance_id, "lab stopped")
 
 
 class CloudLab:
@@ -343,8 +362,11 @@ class CloudLab:
         parts = []
         if self.slurm is not None:
             parts.append(self.slurm.run("squeue", "-h", check=False).stdout)
-            parts.append(self.slurm.run("sinfo", "-N", "-h", "-o", "%N %T %E", check=False).stdout)
+            sinfo = ("sinfo", "-N", "-h", "-o", "%N %T %o %E")  # %o: NodeAddr
+            parts.append(self.slurm.run(*sinfo, check=False).stdout)
             parts.append("slurmctld: " + self.slurm.log_tail(25))
+        if self.agent is not None:
+            parts.append("boot agent: " + "; ".join(self.agent.log + self.agent.errors))
         parts.append(self.clustermgr("nodes", "list", check=False).stdout)
         parts.append(self.clustermgr("providers", "instances", PROVIDER, check=False).stdout)
         dry = subprocess.run(
