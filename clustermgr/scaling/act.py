@@ -24,6 +24,7 @@ from clustermgr.scaling.verdicts import FAILING, Judged, SlurmSeen, Verdict
 from clustermgr.workload.hooks import HookRequest, consume
 
 log = logging.getLogger(__name__)
+HOLD_REASON_MAX = 240  # Slurm keeps the whole reason; sinfo and admins do not need more
 SLURM_HAS_IT_DOWN = frozenset({SlurmSeen.POWERED_DOWN, SlurmSeen.POWERING_DOWN, SlurmSeen.MISSING})
 
 
@@ -261,18 +262,28 @@ def release_holds(actor: Actor, view: ClusterView, refused: set[str]) -> None:
 
 def hold_policy_nodes(actor: Actor, view: ClusterView, plan: Plan) -> None:
     launching = {n for order in plan.launches for n in order.nodes}
-    unheld = [
-        node.name
-        for node in view.burst_nodes(NodeState.POWERED_DOWN)
-        if node.template is not None
-        and node.template in view.templates
-        and view.templates[node.template].demand_mode == "policy"
-        and node.slurm is not None
-        and not node.slurm.drained
-        and not node.settling
-        and node.name not in launching
-    ]
-    actor.hold(unheld, HOLD_REASON)
+    by_reason: dict[str, list[str]] = {}
+    for node in view.burst_nodes(NodeState.POWERED_DOWN):
+        if (
+            node.template is not None
+            and node.template in view.templates
+            and view.templates[node.template].demand_mode == "policy"
+            and node.slurm is not None
+            and not node.slurm.drained
+            and not node.settling
+            and node.name not in launching
+        ):
+            by_reason.setdefault(hold_reason(node.slurm.reason), []).append(node.name)
+    for reason, names in sorted(by_reason.items()):
+        actor.hold(names, reason)
+
+
+def hold_reason(last: str) -> str:
+    """The hold, keeping a failure's `(Code:KIND) detail` visible in Slurm (a launch that
+    failed for quota would otherwise show only 'held' a second later)."""
+    if Reason.parse(last) is None:
+        return HOLD_REASON
+    return f"{HOLD_REASON}; last: {last}"[:HOLD_REASON_MAX]
 
 
 def finish(judgment: Judgment) -> None:

@@ -59,9 +59,10 @@ def test_burst_scale_down_and_quota_through_the_daemon(lab: CloudLab) -> None:
 
         lab.harness.fail_next_launches(ErrorKind.QUOTA, attempts=100)
         waiting = lab.submit("--wrap", "hostname")
-        lab.wait(
-            "a node powered down with (Code:QUOTA)",
-            lambda: any(r.startswith("(Code:QUOTA)") for _, r in slurm_nodes(lab).values()),
+        held_for_quota = "clustermgr: held until a policy launches it; last: (Code:QUOTA)"
+        lab.wait(  # powered down with the reason, then held with the reason still shown
+            "a node held with (Code:QUOTA) in its reason",
+            lambda: any(r.startswith(held_for_quota) for _, r in slurm_nodes(lab).values()),
             60,
         )
         assert lab.job(waiting, "JobState") == "PENDING"

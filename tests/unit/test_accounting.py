@@ -57,3 +57,13 @@ def test_a_refusal_without_job_ids_covers_its_template() -> None:
     plan = Plan(refusals=[Refusal("gpu", "office_hours: no bursting before 7:00")])
     found = fates(plan, ScaleDecision(), job("1", gpus_per_node=1))
     assert found["1"] == ("refused", "office_hours: no bursting before 7:00")
+
+
+def test_a_policy_mode_hold_keeps_the_last_failure_visible() -> None:
+    from clustermgr.scaling.act import HOLD_REASON_MAX, hold_reason
+
+    assert hold_reason("") == "clustermgr: held until a policy launches it"
+    assert hold_reason("idle_timeout: idle 12 min") == hold_reason("")  # not a failure
+    quota = "(Code:QUOTA) VcpuLimitExceeded: you have requested more vCPU capacity"
+    assert hold_reason(quota) == f"clustermgr: held until a policy launches it; last: {quota}"
+    assert len(hold_reason("(Code:CAPACITY) " + "x" * 500)) == HOLD_REASON_MAX
