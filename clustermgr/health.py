@@ -147,22 +147,17 @@ def slurmd_start_id(facts: SlurmNodeFacts) -> str:
     return f"slurmd {parent} start {started}" if comm == "slurmd" else facts.slurmd_start
 
 
-def first_check_since_boot(
-    facts: SlurmNodeFacts, marker_dir: Path = MARKER_DIR, started: str | None = None
-) -> bool:
-    """True once per slurmd start (a marker keyed by node name and slurmd start)."""
-    marker = marker_dir / facts.name
+def first_check_since_boot(node: str, started: str, marker_dir: Path = MARKER_DIR) -> bool:
+    """True once per slurmd start (a marker keyed by node name holding `slurmd_start_id`)."""
     try:
-        return marker.read_text() != (started or facts.slurmd_start)
+        return (marker_dir / node).read_text() != started
     except OSError:
         return True
 
 
-def remember_checked(
-    facts: SlurmNodeFacts, marker_dir: Path = MARKER_DIR, started: str | None = None
-) -> None:
+def remember_checked(node: str, started: str, marker_dir: Path = MARKER_DIR) -> None:
     marker_dir.mkdir(parents=True, exist_ok=True)
-    (marker_dir / facts.name).write_text(started or facts.slurmd_start)
+    (marker_dir / node).write_text(started)
 
 
 def node_name(explicit: str | None, slurm_bin: Path = Path("/usr/bin")) -> str:
@@ -215,8 +210,8 @@ def health_check(node: str, slurm_bin: Path, marker_dir: Path = MARKER_DIR) -> H
                 problems.append(str(exc))
         problems += xid_problems() + dcgm_problems()
     started = slurmd_start_id(facts)
-    boot = first_check_since_boot(facts, marker_dir, started)
-    remember_checked(facts, marker_dir, started)
+    boot = first_check_since_boot(facts.name, started, marker_dir)
+    remember_checked(facts.name, started, marker_dir)
     if not problems:
         return HealthResult(node, True, (), boot, "none")
     detail = "; ".join(problems)[:200]

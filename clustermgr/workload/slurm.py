@@ -65,7 +65,7 @@ class SlurmCli:
             message = _first_line(stderr) or _first_line(stdout) or "no message"
             raise WorkloadError(f"`{shown}` failed (exit {done.returncode}): {message}")
         try:
-            return str(done.stdout.decode("utf-8"))
+            return done.stdout.decode("utf-8")
         except UnicodeDecodeError as exc:  # node names are ASCII: this output is not Slurm's
             raise WorkloadError(
                 f"`{shown}` printed bytes that are not UTF-8 (at byte {exc.start}): "

@@ -56,18 +56,13 @@ def node_states(lab: BurstLab) -> dict[str, str]:
     return {r["name"]: r["state"] for r in rows}
 
 
-def dashboard_metrics() -> set[str]:
-    dashboard = json.loads((REPO / "etc" / "grafana" / "clustermgr-dashboard.json").read_text())
-    names = set()
-    for panel in dashboard["panels"]:
-        for target in panel["targets"]:
-            names.update(re.findall(r"\bclustermgr_[a-z_]+", target["expr"]))
-    return names
-
-
 def dashboard_queries() -> list[str]:
     dashboard = json.loads((REPO / "etc" / "grafana" / "clustermgr-dashboard.json").read_text())
     return [t["expr"] for panel in dashboard["panels"] for t in panel["targets"]]
+
+
+def dashboard_metrics() -> set[str]:
+    return {m for q in dashboard_queries() for m in re.findall(r"\bclustermgr_[a-z_]+", q)}
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from clustermgr.config import ProviderSettings
 from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
 
 HOOKS = ("resume", "suspend", "resume-fail")
@@ -63,20 +64,12 @@ class BurstLab:
     # --- set-up ------------------------------------------------------------------------
 
     def start(self) -> BurstLab:
-        from clustermgr.config import ProviderSettings
         from clustermgr.providers.local import ensure_bridge
 
         self.workdir.mkdir(parents=True, exist_ok=True)
         self.state_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.workdir, 0o755)  # noqa: S103 - SlurmUser runs the hooks from here
-        provider = ProviderSettings(
-            name="local",
-            type="local",
-            region="here",
-            subnet=self.spec.subnet,
-            state_dir=self.state_dir / "local",
-        )
-        self.head_address = ensure_bridge(provider)
+        self.head_address = ensure_bridge(self.provider_settings())
         hooks = {kind: self._hook_wrapper(kind) for kind in HOOKS}
         s = self.spec
         extra = list(s.extra_conf)
@@ -117,6 +110,16 @@ class BurstLab:
         self.clustermgr("nodes", "sync")
         self.cm_scale_once(check=True)  # spool, heartbeat, and the policy-mode hold
         return self
+
+    def provider_settings(self) -> ProviderSettings:
+        """The lab's local provider, as the config below declares it."""
+        return ProviderSettings(
+            name="local",
+            type="local",
+            region="here",
+            subnet=self.spec.subnet,
+            state_dir=self.state_dir / "local",
+        )
 
     def _hook_wrapper(self, kind: str) -> Path:
         """slurmctld runs hooks with a bare environment: a wrapper names our config."""
@@ -280,16 +283,9 @@ metrics_port = {s.metrics_port}
 
     def stop(self) -> None:
         """Terminate every local instance, stop slurmctld, remove the bridge."""
-        from clustermgr.config import ProviderSettings
         from clustermgr.providers.local import LocalProvider, remove_bridge
 
-        settings = ProviderSettings(
-            name="local",
-            type="local",
-            region="here",
-            subnet=self.spec.subnet,
-            state_dir=self.state_dir / "local",
-        )
+        settings = self.provider_settings()
         provider = LocalProvider(settings, self.spec.cluster)
         try:
             ids = list(provider.list_instances())

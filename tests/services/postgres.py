@@ -20,6 +20,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.labs.slurmlab import free_port
+
 PG_BIN_GLOB = "/usr/lib/postgresql/*/bin"
 START_TIMEOUT_S = 30.0
 INITDB_ARGS = ("-A", "trust", "-U", "postgres", "-E", "UTF8", "--no-sync")
@@ -54,13 +56,6 @@ def pg_bin_dir() -> Path | None:
     return None
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 def start(bin_dir: Path | None = None) -> PrivatePostgres:
     """initdb + postgres on a free port; raises PostgresUnavailable with the reason."""
     bin_dir = bin_dir or pg_bin_dir()
@@ -91,7 +86,7 @@ def start(bin_dir: Path | None = None) -> PrivatePostgres:
     if init.returncode != 0:
         shutil.rmtree(workdir, ignore_errors=True)
         raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()[-500:]}")
-    port = _free_port()
+    port = free_port()
     log = open(workdir / "postgres.log", "ab")  # noqa: SIM115 - the server's, closed below
     try:
         server = subprocess.Popen(

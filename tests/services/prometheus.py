@@ -7,7 +7,6 @@ import contextlib
 import json
 import shutil
 import signal
-import socket
 import subprocess
 import tempfile
 import time
@@ -18,6 +17,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from tests.labs.slurmlab import free_port
 
 PROMETHEUS = "/usr/bin/prometheus"
 CONFIG = """global:
@@ -62,20 +63,13 @@ class Prometheus:
         return ""
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
 @contextlib.contextmanager
 def running(targets: Sequence[str], timeout_s: float = 30) -> Iterator[Prometheus]:
     if not Path(PROMETHEUS).exists():
         raise PrometheusUnavailable(f"{PROMETHEUS} not found (install Debian's prometheus)")
     workdir = Path(tempfile.mkdtemp(prefix="cm-prom-"))
     (workdir / "prometheus.yml").write_text(CONFIG.format(targets=json.dumps(list(targets))))
-    port = _free_port()
+    port = free_port()
     log = (workdir / "prometheus.log").open("ab")
     process = subprocess.Popen(
         [
