@@ -246,6 +246,21 @@ class DaemonSettings(StrictModel):
     protect_backoff_s: float = Field(1800.0, ge=0)
 
 
+class SimulateSettings(StrictModel):
+    """`clustermgr simulate` only: the modelled on-prem partition and cloud behaviour."""
+
+    onprem_nodes: int | None = Field(None, ge=0)  # default: the trace's largest job
+    onprem_cpus: int | None = Field(None, ge=1)  # node shape; default: the first template's
+    onprem_gpus: int | None = Field(None, ge=0)
+    onprem_memory_mb: int | None = Field(None, ge=1)
+    boot_delay_s: dict[str, float] = {}  # per template: launch -> joins Slurm
+    default_boot_delay_s: float = Field(600.0, ge=0)
+    spot_reclaim_per_hour: float = Field(0.01, ge=0)
+    tick_s: float = Field(60.0, gt=0)
+    backfill_depth: int = Field(200, ge=0)
+    seed: int = 0
+
+
 class Settings(StrictModel):
     cluster: ClusterSettings = ClusterSettings()
     database: DatabaseSettings = DatabaseSettings()
@@ -254,6 +269,7 @@ class Settings(StrictModel):
     templates: list[TemplateSettings] = []
     policy: PolicySettings = PolicySettings()
     daemon: DaemonSettings = DaemonSettings()
+    simulate: SimulateSettings = SimulateSettings()
 
     @model_validator(mode="after")
     def _cross_references(self) -> Settings:
@@ -286,6 +302,9 @@ class Settings(StrictModel):
                         f"node {node!r} is in both templates {owner[node]!r} and {template.name!r}"
                     )
                 owner[node] = template.name
+        for name in self.simulate.boot_delay_s:
+            if name not in {t.name for t in self.templates}:
+                raise ValueError(f"simulate.boot_delay_s names {name!r}, which is not a template")
         return self
 
     def provider(self, name: str) -> ProviderSettings:

@@ -24,6 +24,7 @@ SUBCOMMANDS = {
     "nodes": "clustermgr.cli.nodes_cmd:nodes",
     "policy": "clustermgr.cli.policy_cmd:policy",
     "providers": "clustermgr.cli.providers_cmd:providers",
+    "simulate": "clustermgr.cli.simulate_cmd:simulate",
     "slurm": "clustermgr.cli.slurm_cmd:slurm",
     "status": "clustermgr.cli.status_cmd:status",
     "templates": "clustermgr.cli.providers_cmd:templates",

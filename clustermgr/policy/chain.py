@@ -25,7 +25,9 @@ class ChainResult:
 
 
 class PolicyRunner:
-    def __init__(self, policies: list[Policy], timeout_s: float):
+    def __init__(self, policies: list[Policy], timeout_s: float | None):
+        """`timeout_s` None calls each policy in the caller's thread (the simulator, which
+        runs a cycle per event and has no daemon to keep alive)."""
         self.policies = policies
         self.timeout_s = timeout_s
         self._hung: dict[str, threading.Thread] = {}
@@ -44,6 +46,18 @@ class PolicyRunner:
         return result
 
     def _call(self, name: str, policy: Policy, view: ClusterView) -> ScaleDecision:
+        if self.timeout_s is None:
+            try:
+                value = policy.decide(view)
+            except Exception as exc:  # a policy is foreign code: report anything
+                raise PolicyFailed(f"raised {type(exc).__name__}: {exc}") from None
+        else:
+            value = self._in_worker(name, policy, view, self.timeout_s)
+        if not isinstance(value, ScaleDecision):
+            raise PolicyFailed(f"returned {type(value).__name__}, not a ScaleDecision")
+        return value
+
+    def _in_worker(self, name: str, policy: Policy, view: ClusterView, timeout_s: float) -> Any:
         previous = self._hung.get(name)
         if previous is not None and previous.is_alive():
             raise PolicyFailed("still running from an earlier cycle (hung); skipped")
@@ -57,17 +71,14 @@ class PolicyRunner:
 
         worker = threading.Thread(target=work, name=f"policy-{name}", daemon=True)
         worker.start()
-        worker.join(self.timeout_s)
+        worker.join(timeout_s)
         if worker.is_alive():
             self._hung[name] = worker
-            raise PolicyFailed(f"did not decide within {self.timeout_s:g} s")
+            raise PolicyFailed(f"did not decide within {timeout_s:g} s")
         if "error" in outcome:
             exc = outcome["error"]
             raise PolicyFailed(f"raised {type(exc).__name__}: {exc}")
-        value = outcome.get("value")
-        if not isinstance(value, ScaleDecision):
-            raise PolicyFailed(f"returned {type(value).__name__}, not a ScaleDecision")
-        return value
+        return outcome.get("value")
 
 
 class PolicyFailed(Exception):

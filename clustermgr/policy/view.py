@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
@@ -72,6 +72,19 @@ class LaunchFailure:
     at: datetime
 
 
+BurstIndex = Mapping[tuple[NodeState, str | None], Mapping[str, NodeView]]
+
+
+def burst_index(
+    nodes: Iterable[NodeView],
+) -> dict[tuple[NodeState, str | None], dict[str, NodeView]]:
+    index: dict[tuple[NodeState, str | None], dict[str, NodeView]] = {}
+    for node in nodes:
+        if node.kind == "cloud":
+            index.setdefault((node.state, node.template), {})[node.name] = node
+    return index
+
+
 @dataclass(frozen=True)
 class ClusterView:
     now: datetime
@@ -83,16 +96,23 @@ class ClusterView:
     failures: Sequence[LaunchFailure] = ()
     month_spend: float = 0.0  # $ spent this calendar month on finished nodes
     proposed: ScaleDecision = field(default_factory=ScaleDecision)
+    # cloud nodes by (state, template): built from `nodes` when first asked, unless the
+    # caller keeps one up to date itself (the simulator, which changes a few nodes per cycle)
+    burst_index: BurstIndex | None = field(default=None, repr=False, compare=False)
 
     def burst_nodes(
         self, state: NodeState | None = None, template: str | None = None
     ) -> list[NodeView]:
+        """Cloud nodes, by state and template (each policy asks several times per cycle)."""
+        index = self._index()
+        if state is not None and template is not None:
+            return list(index.get((state, template), {}).values())
         return [
             node
-            for node in self.nodes.values()
-            if node.is_burst
-            and (state is None or node.state is state)
-            and (template is None or node.template == template)
+            for (node_state, node_template), nodes in index.items()
+            if (state is None or node_state is state)
+            and (template is None or node_template == template)
+            for node in nodes.values()
         ]
 
     def active_nodes(self, template: str | None = None) -> list[NodeView]:
@@ -120,7 +140,14 @@ class ClusterView:
     def pending_age(self, job: PendingJob) -> timedelta:
         return self.now - job.submit_time if job.submit_time else timedelta(0)
 
+    def _index(self) -> BurstIndex:
+        if self.burst_index is None:
+            object.__setattr__(self, "burst_index", burst_index(self.nodes.values()))
+        assert self.burst_index is not None
+        return self.burst_index
+
     def with_proposed(self, decision: ScaleDecision) -> ClusterView:
         from dataclasses import replace
 
+        self._index()  # build it once, here, so every policy's copy shares it
         return replace(self, proposed=decision)

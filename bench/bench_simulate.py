@@ -1,0 +1,73 @@
+"""Replay time of `clustermgr simulate`: the KTH-SP2 trace (28k jobs, budget 30 s) and the
+METACENTRUM trace (100k jobs, budget 2 minutes), every strategy, on the shipped
+etc/simulate/cpu-cluster.toml. Prints seconds per strategy and the figures it replayed.
+Traces are read in place from ../shared/data/traces (or --traces DIR).
+`--quick`: a synthetic 2,000-job trace (the smoke test); no figure is asserted.
+"""
+
+from __future__ import annotations
+
+import random
+import tempfile
+import time
+from pathlib import Path
+
+from _common import REPO, fail, parser
+
+from clustermgr.config import load_settings
+from clustermgr.sim.replay import Replay
+from clustermgr.sim.strategies import strategies
+from clustermgr.sim.traces import read_trace
+
+CONFIG = REPO / "etc" / "simulate" / "cpu-cluster.toml"
+TRACES = {  # file -> on-prem nodes
+    "KTH-SP2-1996-2.1-cln.swf.gz": 100,
+    "METACENTRUM-2009-2.swf.gz": 256,
+}
+
+
+def synthetic(path: Path, jobs: int) -> Path:
+    pick = random.Random(1)  # a repeatable workload, not a secret
+    lines, at = [], 0
+    for number in range(1, jobs + 1):
+        at += pick.randint(0, 300)
+        nodes, run = pick.choice([1, 1, 2, 4, 8]), pick.randint(60, 7200)
+        lines.append(
+            f"{number} {at} -1 {run} {nodes} -1 -1 {nodes} {run * 2} -1 1 1 1 -1 1 -1 -1 -1"
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def replay_all(trace_path: Path, onprem: int) -> None:
+    settings = load_settings(CONFIG)
+    trace = read_trace(trace_path)
+    print(f"{trace_path.name}: {len(trace.jobs):,} jobs, {onprem} on-prem nodes")
+    for strategy in strategies(settings, [], compare=True):
+        started = time.perf_counter()
+        figures = Replay(settings, trace, strategy, onprem).run().figures()
+        took = time.perf_counter() - started
+        wait_min = figures.wait_mean_s / 60
+        print(
+            f"  {strategy.name:<9} {took:6.1f} s   cost ${figures.cost:>12,.0f}   "
+            f"paid/used {figures.paid_per_used or 0:5.3f}   mean wait {wait_min:8.1f} min"
+        )
+
+
+def main() -> None:
+    args = parser(__doc__)
+    args.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "data" / "traces")
+    options = args.parse_args()
+    if options.quick:
+        with tempfile.TemporaryDirectory() as scratch:
+            replay_all(synthetic(Path(scratch) / "synthetic.swf", 2000), 16)
+        return
+    for name, onprem in TRACES.items():
+        path = options.traces / name
+        if not path.exists():
+            fail(f"{path}: no such trace (pass --traces DIR)")
+        replay_all(path, onprem)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Replay workload traces through the real policies."""

@@ -1,0 +1,227 @@
+"""The simulated cluster: nodes with free CPUs/GPUs/memory, grouped in pools, and jobs.
+
+A pool is the on-prem partition or one cloud template. Every node of a pool has the same
+shape, so a whole-node job (an SWF job: cpus == 0) needs the pool's full shape on each node,
+and a shared-node job (a GPU pod) needs its own CPUs/GPUs/memory.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from clustermgr.lifecycle import NodeState
+from clustermgr.workload.base import PendingJob, RunningJob
+
+Need = tuple[int, int, int]  # cpus, gpus, memory_mb on one node
+
+
+@dataclass(frozen=True)
+class Shape:
+    cpus: int
+    gpus: int
+    memory_mb: int
+
+
+@dataclass(eq=False, slots=True)
+class SimNode:
+    name: str
+    pool: str  # "onprem" or a template name
+    shape: Shape
+    state: NodeState
+    free_cpus: int = 0
+    free_gpus: int = 0
+    free_mem: int = 0
+    jobs: int = 0
+    launched_at: float | None = None
+    up_at: float | None = None
+    idle_since: float | None = None
+    market: str | None = None
+    jobs_end: float | None = None  # latest time-limit end of its jobs (budget_cap reads it)
+    generation: int = 0  # bumped at each launch and stop: stale timer events are ignored
+
+    def reset(self) -> None:
+        self.free_cpus, self.free_gpus, self.free_mem = (
+            self.shape.cpus,
+            self.shape.gpus,
+            self.shape.memory_mb,
+        )
+        self.jobs = 0
+
+    def fits(self, need: Need) -> bool:
+        return self.free_cpus >= need[0] and self.free_gpus >= need[1] and self.free_mem >= need[2]
+
+    @property
+    def empty(self) -> bool:
+        return self.jobs == 0
+
+
+@dataclass(eq=False, slots=True)
+class SimJob:
+    index: int  # submit order: the queue's priority
+    job_id: str
+    submit: float
+    nodes: int
+    cpus: int  # 0 = whole node
+    gpus: int
+    memory_mb: int
+    requested_s: float | None
+    run_s: float
+    user: str
+    pending: PendingJob
+    start: float | None = None  # when it began running (after its nodes booted)
+    first_start: float | None = None
+    end: float | None = None
+    allocated_at: float | None = None
+    placed: list[SimNode] = field(default_factory=list)
+    need: Need = (0, 0, 0)
+    pool: str | None = None
+    lost_node_s: float = 0.0  # work lost to spot reclaims (paid, not used)
+    running: RunningJob | None = None
+    generation: int = 0  # bumped when requeued: its old END event is ignored
+
+    @property
+    def estimate_s(self) -> float:
+        """What the scheduler believes the job takes: its time limit, else its run time."""
+        return self.requested_s if self.requested_s else self.run_s
+
+    def need_on(self, shape: Shape) -> Need:
+        if self.cpus == 0:
+            return (shape.cpus, shape.gpus, shape.memory_mb)
+        return (self.cpus, self.gpus, self.memory_mb)
+
+    def fits_shape(self, shape: Shape) -> bool:
+        need = self.need_on(shape)
+        return need[0] <= shape.cpus and need[1] <= shape.gpus and need[2] <= shape.memory_mb
+
+
+class Pool:
+    """Nodes of one shape. Up nodes take jobs; so do booting ones (Slurm allocates nodes
+    that are powering up: the job starts when they join); `resumable` ones (powered-down
+    cloud slots, in the reactive model) take jobs and boot for them."""
+
+    def __init__(self, name: str, shape: Shape, nodes: Iterable[SimNode], cloud: bool):
+        self.name = name
+        self.shape = shape
+        self.cloud = cloud
+        self.nodes = list(nodes)
+        self.running: dict[int, SimJob] = {}  # job index -> job placed here
+        self.busy = 0  # nodes running at least one job
+        # nodes that exist now (all on-prem ones; launched cloud ones), in launch order:
+        # a cycle looks at these, never at every powered-down slot
+        self.active: dict[SimNode, None] = dict.fromkeys(self.nodes if not cloud else ())
+
+    def usable(self, resumable: bool) -> Iterator[SimNode]:
+        for node in self.active:
+            if node.state in (NodeState.UP, NodeState.BOOTING):
+                yield node
+        if resumable:
+            yield from self.dormant()
+
+    def dormant(self) -> Iterator[SimNode]:
+        return (node for node in self.nodes if node not in self.active)
+
+    def dormant_count(self) -> int:
+        return len(self.nodes) - len(self.active)
+
+    def pick(
+        self, job: SimJob, resumable: bool, avoid: set[SimNode] | frozenset[SimNode] = frozenset()
+    ) -> list[SimNode] | None:
+        """Nodes for `job` now, or None: up nodes before booting ones before powered-down
+        ones, and for shared-node jobs used nodes before empty ones (they pack)."""
+        need = job.need_on(self.shape)
+        whole = job.cpus == 0
+        wanted = job.nodes
+        tiers: tuple[list[SimNode], ...] = ([], [], [])
+        for node in self.usable(False):
+            if (whole and node.jobs) or node in avoid or not node.fits(need):
+                continue
+            if node.state is NodeState.UP:
+                tier = tiers[0] if node.jobs else tiers[1]
+                tier.append(node)
+                if len(tier) == wanted and (tier is tiers[0] or whole):
+                    return tier  # enough of the best kind: no need to look further
+            else:
+                tiers[2].append(node)
+        chosen = [node for tier in tiers for node in tier]
+        if len(chosen) < wanted and resumable:
+            for node in self.dormant():  # every one is empty and of the pool's shape
+                if node not in avoid:
+                    chosen.append(node)
+                    if len(chosen) == wanted:
+                        break
+        return chosen[:wanted] if len(chosen) >= wanted else None
+
+    def reservation(self, job: SimJob, now: float, resumable: bool) -> tuple[float, set[SimNode]]:
+        """EASY's shadow: the earliest time `job` fits here by the running jobs' estimated
+        ends, and the nodes it would take then (inf when it never fits)."""
+        need = job.need_on(self.shape)
+        whole = job.cpus == 0
+
+        def fits(free: tuple[int, int, int, int]) -> bool:
+            cpus, gpus, memory, jobs = free
+            return (
+                cpus >= need[0] and gpus >= need[1] and memory >= need[2] and not (whole and jobs)
+            )
+
+        free = {n: (n.free_cpus, n.free_gpus, n.free_mem, n.jobs) for n in self.usable(False)}
+        dormant = self.dormant_count() if resumable else 0
+        if len(free) + dormant < job.nodes:
+            return float("inf"), set()
+        fitting = {n for n, left in free.items() if fits(left)}
+        if len(fitting) + dormant >= job.nodes:
+            spare = list(self.dormant())[: max(0, job.nodes - len(fitting))] if dormant else []
+            return now, set(sorted(fitting, key=lambda n: n.name)[: job.nodes]) | set(spare)
+        for finished in sorted(
+            self.running.values(), key=lambda j: (j.start or now) + j.estimate_s
+        ):
+            for node in finished.placed:
+                if node in free:
+                    cpus, gpus, memory, jobs = free[node]
+                    free[node] = left = (
+                        cpus + finished.need[0],
+                        gpus + finished.need[1],
+                        memory + finished.need[2],
+                        jobs - 1,
+                    )
+                    if fits(left):
+                        fitting.add(node)
+            if len(fitting) >= job.nodes:
+                at = max(now, (finished.start or now) + finished.estimate_s)
+                return at, set(sorted(fitting, key=lambda n: n.name)[: job.nodes])
+        return float("inf"), set()
+
+    def empty_usable(self, resumable: bool) -> int:
+        if not self.cloud:  # on-prem nodes are always up: count, do not look
+            return len(self.active) - self.busy
+        empty = sum(1 for n in self.usable(False) if n.empty)
+        return empty + (self.dormant_count() if resumable else 0)
+
+
+def occupy(job: SimJob, pool: Pool, nodes: list[SimNode], now: float) -> None:
+    job.need = job.need_on(pool.shape)
+    job.placed = nodes
+    job.pool = pool.name
+    job.allocated_at = now
+    for node in nodes:
+        node.free_cpus -= job.need[0]
+        node.free_gpus -= job.need[1]
+        node.free_mem -= job.need[2]
+        if node.jobs == 0:
+            pool.busy += 1
+        node.jobs += 1
+        node.idle_since = None
+    pool.running[job.index] = job
+
+
+def release(job: SimJob, pool: Pool, now: float) -> None:
+    for node in job.placed:
+        node.free_cpus += job.need[0]
+        node.free_gpus += job.need[1]
+        node.free_mem += job.need[2]
+        node.jobs -= 1
+        if node.jobs == 0:
+            node.idle_since = now
+            pool.busy -= 1
+    pool.running.pop(job.index, None)
+    job.placed = []

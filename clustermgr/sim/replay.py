@@ -1,0 +1,458 @@
+"""The discrete-event replay: jobs arrive, the scheduler places them, the strategy scales.
+
+Time jumps from event to event (a job arrives or ends, a node boots, is reclaimed or passes
+an idle threshold); between events nothing changes, so a year of trace replays in seconds.
+Strategies:
+
+- `static`: the on-prem partition alone, no bursting.
+- `reactive`: what the open-source peers do with Slurm's power saving: the scheduler treats
+  powered-down cloud nodes as free, so a job that does not fit on-prem is allocated cloud
+  nodes at once and starts when they have booted; a node is stopped after 10 idle minutes.
+- `bound`: the lower bound on cost: `reactive`'s schedule (so its waits: a cloud job waits
+  at most a boot), but only the work is paid (each job's run time times its share of its
+  nodes; no boot, no idle time): paid = used.
+- a policy chain: the daemon's own path. Each cycle builds a ClusterView, runs the chain
+  (`PolicyRunner`), cuts the decision with `clamp` and carries out the plan; nodes join after
+  their boot delay and the scheduler then places jobs on them.
+
+Policy cycles run at every event time and, while a job waits or a cloud node idles, every
+`[simulate] tick_s` seconds, so time-based policies (idle limits, waits) see time pass.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+from clustermgr.config import PolicyRef, Settings
+from clustermgr.lifecycle import NodeState
+from clustermgr.policy.chain import PolicyRunner
+from clustermgr.policy.loader import load_chain
+from clustermgr.policy.view import ClusterView, NodeView, TemplateView
+from clustermgr.scaling.clamp import clamp
+from clustermgr.scaling.observe import template_views
+from clustermgr.sim.model import Pool, Shape, SimJob, SimNode, occupy, release
+from clustermgr.sim.results import Outcome, Sample, share
+from clustermgr.sim.scheduler import estimated_starts, schedule
+from clustermgr.sim.traces import Trace
+from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
+
+ARRIVE, END, BOOTED, RECLAIM, IDLE, TICK = range(6)
+REACTIVE_IDLE_S = 600.0  # Slurm's SuspendTime in the peers' setups
+QUIET_LIMIT_S = 40 * 86400.0  # only ticks left for this long: the rest never starts
+DEFAULT_ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)
+ONPREM = "onprem"
+ESTIMATED_JOBS = 100  # waiting jobs given a start estimate per cycle (Slurm: bf_max_job_test)
+
+
+@dataclass(frozen=True)
+class Strategy:
+    name: str
+    kind: str  # static, reactive, bound, policy
+    chain: tuple[PolicyRef, ...] = ()
+
+
+class Replay:
+    def __init__(
+        self,
+        settings: Settings,
+        trace: Trace,
+        strategy: Strategy,
+        onprem_nodes: int,
+        scale_time: float = 1.0,
+    ):
+        self.settings = settings
+        self.strategy = strategy
+        self.sim = settings.simulate
+        self.rng = random.Random(self.sim.seed)  # noqa: S311  # a replayable model, not a secret
+        self.origin = trace.origin or DEFAULT_ORIGIN
+        self.templates: dict[str, TemplateView] = template_views(settings)
+        self.onprem = self._onprem_pool(onprem_nodes)
+        self.pools = [self.onprem] + (
+            [] if strategy.kind == "static" else [self._cloud_pool(t) for t in self.templates]
+        )
+        self.runner = (
+            PolicyRunner(load_chain(list(strategy.chain)), None)
+            if strategy.kind == "policy"
+            else None
+        )
+        self.partition = ",".join(
+            dict.fromkeys([ONPREM, *(t.partition for t in self.templates.values())])
+        )
+        self.outcome = Outcome(strategy=strategy.name)
+        self.jobs = self._jobs(trace, scale_time)
+        self.queue: list[SimJob] = []
+        self.events: list[tuple[float, int, int, object, int]] = []
+        self._seq = 0
+        self.now = 0.0
+        self._views: dict[str, NodeView] = {}
+        self._index: dict[tuple[NodeState, str | None], dict[str, NodeView]] = {}
+        self._indexed_as: dict[str, tuple[NodeState, str | None]] = {}
+        self._nodes = {n.name: n for p in self.pools for n in p.nodes}
+        self._dirty: set[SimNode] = set(self._nodes.values())
+        self._running: dict[int, RunningJob] = {}
+        self._next_tick = -1.0
+        self._last_real = 0.0
+        self._provider_active: dict[str, int] = {}
+        self._active: dict[SimNode, None] = {}  # launched cloud nodes, in launch order
+
+    # --- setup -------------------------------------------------------------------------
+
+    def _onprem_pool(self, count: int) -> Pool:
+        first = next(iter(self.templates.values()), None)
+        shape = Shape(
+            self.sim.onprem_cpus or (first.cpus if first else 1),
+            self.sim.onprem_gpus
+            if self.sim.onprem_gpus is not None
+            else (first.gpus if first else 0),
+            self.sim.onprem_memory_mb or (first.memory_mb if first else 1),
+        )
+        nodes = [SimNode(f"onprem{i:05d}", ONPREM, shape, NodeState.UP) for i in range(count)]
+        for node in nodes:
+            node.reset()
+            node.idle_since = 0.0
+        return Pool(ONPREM, shape, nodes, cloud=False)
+
+    def _cloud_pool(self, name: str) -> Pool:
+        template = self.templates[name]
+        shape = Shape(template.cpus, template.gpus, template.memory_mb)
+        names = self.settings.template(name).node_names[: template.max_nodes]
+        nodes = [SimNode(n, name, shape, NodeState.POWERED_DOWN) for n in names]
+        for node in nodes:
+            node.reset()
+        return Pool(name, shape, nodes, cloud=True)
+
+    def _jobs(self, trace: Trace, scale_time: float) -> list[SimJob]:
+        jobs = []
+        for index, job in enumerate(trace.jobs):
+            sim_job = SimJob(
+                index=index,
+                job_id=job.job_id,
+                submit=job.submit_s * scale_time,
+                nodes=job.nodes,
+                cpus=job.cpus,
+                gpus=job.gpus,
+                memory_mb=job.memory_mb,
+                requested_s=job.requested_s,
+                run_s=job.run_s,
+                user=job.user,
+                pending=None,  # type: ignore[arg-type]  # set below, once fit is known
+            )
+            if job.nodes > len(self.onprem.nodes) or not sim_job.fits_shape(self.onprem.shape):
+                self.outcome.unrunnable += 1
+                continue
+            sim_job.pending = self._pending(sim_job)
+            jobs.append(sim_job)
+        return jobs
+
+    def _pending(self, job: SimJob) -> PendingJob:
+        shape = next((p.shape for p in self.pools if p.cloud), self.onprem.shape)
+        cpus, gpus, memory = job.need_on(shape)
+        return PendingJob(
+            job_id=job.job_id,
+            partition=self.partition,
+            nodes=job.nodes,
+            tasks=job.nodes,
+            cpus_per_node=cpus,
+            memory_per_node_mb=memory,
+            gpus_per_node=gpus,
+            gpu_model=None,
+            gpus_per_job=0,
+            features=(),
+            time_limit_min=math.ceil(job.requested_s / 60) if job.requested_s else None,
+            submit_time=self.origin + timedelta(seconds=job.submit),
+            reason="Priority",
+            estimated_start=None,
+            user=job.user,
+        )
+
+    # --- the loop ------------------------------------------------------------------------
+
+    def run(self) -> Outcome:
+        for job in self.jobs:
+            self._push(job.submit, ARRIVE, job, 0)
+        self.outcome.jobs = len(self.jobs)
+        while self.events:
+            self.now = self.events[0][0]
+            real = False
+            for kind, subject, generation in self._due(self.now):
+                real |= kind != TICK
+                self._handle(kind, subject, generation)
+            if real:
+                self._last_real = self.now
+            elif self.now - self._last_real > QUIET_LIMIT_S:
+                break
+            shadow = self._schedule()
+            if self.runner is not None:
+                self._cycle(shadow)
+            self._sample()
+            self._maybe_tick()
+        self._finish()
+        return self.outcome
+
+    def _due(self, now: float) -> Iterator[tuple[int, object, int]]:
+        while self.events and self.events[0][0] <= now:
+            _, _, kind, subject, generation = heapq.heappop(self.events)
+            yield kind, subject, generation
+
+    def _push(self, at: float, kind: int, subject: object, generation: int) -> None:
+        self._seq += 1
+        heapq.heappush(self.events, (at, self._seq, kind, subject, generation))
+
+    def _handle(self, kind: int, subject: object, generation: int) -> None:
+        if kind == ARRIVE:
+            assert isinstance(subject, SimJob)
+            self.queue.append(subject)
+        elif kind == END:
+            assert isinstance(subject, SimJob)
+            if subject.generation == generation:
+                self._end(subject)
+        elif isinstance(subject, SimNode) and subject.generation == generation:
+            if kind == BOOTED:
+                subject.state = NodeState.UP
+                self._dirty.add(subject)
+            elif kind == RECLAIM and subject.state in (NodeState.BOOTING, NodeState.UP):
+                self._reclaim(subject)
+            elif kind == IDLE and subject.state is NodeState.UP and subject.empty:
+                self._stop(subject)
+
+    def _end(self, job: SimJob) -> None:
+        pool = self._pool(job.pool)
+        nodes = list(job.placed)
+        release(job, pool, self.now)
+        self._running.pop(job.index, None)
+        self._dirty.update(nodes)
+        job.end = self.now
+        self.outcome.finish(job, pool.cloud, pool.shape)
+        if pool.cloud and self.strategy.kind == "bound":
+            template = self.templates[pool.name]
+            paid_s = job.run_s * job.nodes * share(job, pool.shape)
+            price = template.hourly_price(nodes[0].market if nodes else None)
+            self.outcome.pay(
+                paid_s, price * paid_s / 3600, self.origin + timedelta(seconds=self.now)
+            )
+        if pool.cloud and self.strategy.kind in ("reactive", "bound"):
+            for node in nodes:
+                if node.empty:
+                    self._push(self.now + REACTIVE_IDLE_S, IDLE, node, node.generation)
+
+    def _schedule(self) -> float | None:
+        resumable = self.strategy.kind in ("reactive", "bound")
+        return schedule(
+            self.queue,
+            self.pools,
+            self.now,
+            resumable,
+            self.sim.backfill_depth,
+            self._room,
+            self._start,
+            want_shadow=self.runner is not None,
+        )
+
+    def _start(self, job: SimJob, pool: Pool, nodes: list[SimNode]) -> None:
+        """Give `job` its nodes (booting powered-down ones first, in the reactive model)."""
+        for node in nodes:
+            if node.state is NodeState.POWERED_DOWN:
+                self._launch(node, self.templates[pool.name].market)
+        occupy(job, pool, nodes, self.now)
+        self._dirty.update(nodes)
+        job.start = max([self.now, *(n.up_at or self.now for n in nodes)])
+        if job.first_start is None:
+            job.first_start = job.start
+        job.end = None
+        estimated_end = job.start + job.estimate_s
+        limit = self.origin + timedelta(seconds=estimated_end)
+        self._running[job.index] = RunningJob(job.job_id, tuple(n.name for n in nodes), limit)
+        for node in nodes:
+            node.jobs_end = max(node.jobs_end or 0.0, estimated_end)
+        self._push(job.start + job.run_s, END, job, job.generation)
+
+    def _room(self, pool: Pool) -> int:
+        """How many more nodes of `pool` its provider's instance cap allows."""
+        template = self.templates[pool.name]
+        limit = self.settings.provider(template.provider).max_instances
+        if limit is None:
+            return len(pool.nodes)
+        return limit - self._provider_active.get(template.provider, 0)
+
+    # --- cloud nodes -------------------------------------------------------------------
+
+    def _launch(self, node: SimNode, market: str) -> None:
+        template = self.templates[node.pool]
+        boot = self.sim.boot_delay_s.get(node.pool, self.sim.default_boot_delay_s)
+        node.generation += 1
+        node.state = NodeState.BOOTING
+        node.launched_at = self.now
+        node.up_at = self.now + boot
+        node.idle_since = node.up_at
+        node.market = market
+        node.jobs_end = None
+        self._dirty.add(node)
+        self._provider_active[template.provider] = (
+            self._provider_active.get(template.provider, 0) + 1
+        )
+        self.outcome.launches += 1
+        self._active[node] = None
+        self._pool(node.pool).active[node] = None
+        self._push(node.up_at, BOOTED, node, node.generation)
+        rate = self.sim.spot_reclaim_per_hour
+        if market == "spot" and rate > 0:
+            self._push(self.now + self.rng.expovariate(rate / 3600), RECLAIM, node, node.generation)
+
+    def _stop(self, node: SimNode) -> None:
+        template = self.templates[node.pool]
+        if self.strategy.kind != "bound":  # the bound pays per job (see _end)
+            run_s = self.now - (node.launched_at if node.launched_at is not None else self.now)
+            cost = template.billing.cost(template.hourly_price(node.market), run_s)
+            when = self.origin + timedelta(seconds=self.now)
+            self.outcome.pay(template.billing.billed_seconds(run_s), cost, when)
+        node.generation += 1
+        node.state = NodeState.POWERED_DOWN
+        node.launched_at = node.up_at = node.idle_since = node.jobs_end = None
+        node.market = None
+        node.reset()
+        self._dirty.add(node)
+        self._provider_active[template.provider] -= 1
+        self._active.pop(node, None)
+        self._pool(node.pool).active.pop(node, None)
+
+    def _reclaim(self, node: SimNode) -> None:
+        """Spot reclaim: the node's jobs are requeued; the work they did is lost."""
+        self.outcome.reclaims += 1
+        self._evict(node)
+        self._stop(node)
+
+    def _evict(self, node: SimNode) -> None:
+        """Requeue the jobs on `node` (as Slurm does when their node goes away)."""
+        pool = self._pool(node.pool)
+        for job in [j for j in pool.running.values() if node in j.placed]:
+            if job.start is not None and self.now > job.start:
+                job.lost_node_s += (self.now - job.start) * len(job.placed)
+            self._dirty.update(job.placed)
+            release(job, pool, self.now)
+            self._running.pop(job.index, None)
+            job.generation += 1
+            job.start = None
+            self.outcome.requeues += 1
+            self._requeue(job)
+
+    def _requeue(self, job: SimJob) -> None:
+        at = next((i for i, queued in enumerate(self.queue) if queued.index > job.index), None)
+        self.queue.insert(len(self.queue) if at is None else at, job)
+
+    # --- the policy cycle --------------------------------------------------------------
+
+    def _cycle(self, shadow: float | None) -> None:
+        assert self.runner is not None
+        view = self._view(shadow)
+        result = self.runner.run(view)
+        if result.error:
+            self.outcome.policy_errors += 1
+            self.outcome.last_policy_error = result.error
+            return
+        plan = clamp(result.decision, view, self.settings)
+        for order in plan.launches:
+            for name in order.nodes:
+                self._launch(self._nodes[name], order.market)
+        for stop in plan.stops:
+            node = self._nodes[stop.node]
+            self._evict(node)  # the shipped policies stop idle nodes only; a custom one may not
+            self._stop(node)
+
+    def _view(self, shadow: float | None) -> ClusterView:
+        for node in self._dirty:
+            view = self._views[node.name] = self._node_view(node)
+            if view.kind == "cloud":
+                old = self._indexed_as.get(node.name)
+                if old is not None:
+                    del self._index[old][node.name]
+                key = self._indexed_as[node.name] = (view.state, view.template)
+                self._index.setdefault(key, {})[node.name] = view
+        self._dirty.clear()
+        now = self.origin + timedelta(seconds=self.now)
+        for position, job in enumerate(self.queue):
+            job.pending.reason = "Resources" if position == 0 else "Priority"
+            job.pending.estimated_start = None
+        starts = estimated_starts(self.queue, self.pools, self.now, ESTIMATED_JOBS)
+        if starts and shadow is not None:
+            starts[0] = shadow  # the head's EASY reservation is the better estimate
+        for job, start in zip(self.queue, starts, strict=False):
+            if math.isfinite(start):
+                job.pending.estimated_start = self.origin + timedelta(seconds=start)
+        return ClusterView(
+            now=now,
+            templates=self.templates,
+            nodes=self._views,
+            pending=[job.pending for job in self.queue],
+            running=tuple(self._running.values()),
+            month_spend=self.outcome.month_spend(now),
+            burst_index=self._index,
+        )
+
+    def _node_view(self, node: SimNode) -> NodeView:
+        moment = self._moment
+        cloud = node.pool != ONPREM
+        flags = {"CLOUD"} if cloud else set()
+        if node.state is NodeState.POWERED_DOWN:
+            flags.add("POWERED_DOWN")
+        elif node.state is NodeState.BOOTING:
+            flags.add("POWERING_UP")
+        state = "IDLE" if node.empty else ("ALLOCATED" if not node.free_cpus else "MIXED")
+        template = self.templates.get(node.pool)
+        slurm = WorkloadNode(
+            name=node.name,
+            state=state,
+            flags=frozenset(flags),
+            cpus=node.shape.cpus,
+            memory_mb=node.shape.memory_mb,
+            gpus=node.shape.gpus,
+            gpu_model=template.gpu_model if template else None,
+            partitions=(template.partition if template else ONPREM,),
+        )
+        active = node.launched_at is not None
+        return NodeView(
+            name=node.name,
+            kind="cloud" if cloud else "onprem",
+            state=node.state,
+            template=node.pool if cloud else None,
+            slurm=slurm,
+            instance_id=f"sim-{node.name}-{node.generation}" if active else None,
+            instance_type=template.instance_types[0] if template and active else None,
+            market=node.market,
+            launched_at=moment(node.launched_at),
+            idle_since=moment(node.idle_since) if node.empty else None,
+            jobs_end=moment(node.jobs_end),
+        )
+
+    def _moment(self, at: float | None) -> datetime | None:
+        return None if at is None else self.origin + timedelta(seconds=at)
+
+    # --- bookkeeping ----------------------------------------------------------------------
+
+    def _pool(self, name: str | None) -> Pool:
+        return next(p for p in self.pools if p.name == name)
+
+    def _sample(self) -> None:
+        sample = Sample(
+            self.now, self.onprem.busy, len(self._active), len(self.queue), self.outcome.cost
+        )
+        self.outcome.timeline.append(sample)
+
+    def _maybe_tick(self) -> None:
+        if self.runner is None or self._next_tick > self.now:
+            return
+        idle_cloud = any(n.state is NodeState.UP and n.empty for n in self._active)
+        if self.queue or idle_cloud:
+            self._next_tick = self.now + self.sim.tick_s
+            self._push(self._next_tick, TICK, None, 0)
+
+    def _finish(self) -> None:
+        for node in list(self._active):
+            self._stop(node)
+        self.outcome.never_started = len(self.queue)
+        self.outcome.end_s = self.now
+        self.outcome.onprem_nodes = len(self.onprem.nodes)

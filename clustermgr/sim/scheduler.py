@@ -1,0 +1,199 @@
+"""The scheduler model: FCFS with EASY backfilling, as Slurm's backfill behaves for a queue
+ordered by submit time.
+
+1. Start jobs in queue order while the first one fits (pools in order: on-prem first, then
+   the cloud templates, as Slurm's node weights prefer them).
+2. The first job that does not fit gets a reservation: the earliest time its nodes are free
+   by the running jobs' estimated ends (their time limits; the run time when the trace has
+   none), and the nodes it would take then (the "shadow").
+3. Later jobs (up to `depth` of them, Slurm's bf_max_job_test) start now if they fit and
+   either end before the shadow time or leave the reserved nodes alone.
+
+Jobs never span pools: a Slurm job runs inside one partition's nodes of one template.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from clustermgr.sim.model import Pool, SimJob, SimNode
+from clustermgr.sim.results import share
+
+Start = Callable[[SimJob, Pool, list[SimNode]], None]
+Room = Callable[[Pool], int]
+
+
+def schedule(
+    queue: list[SimJob],
+    pools: list[Pool],
+    now: float,
+    resumable: bool,
+    depth: int,
+    room: Room,
+    start: Start,
+    want_shadow: bool = False,
+) -> float | None:
+    """Start what can start now (through `start`, which occupies the nodes); return the
+    head job's shadow time (None: nothing left waiting).
+
+    `resumable`: powered-down cloud nodes count as free (Slurm's power saving); `room`
+    says how many more nodes a pool may resume (its provider's instance cap)."""
+    taken: set[int] = set()
+    head_index = 0
+    while head_index < len(queue):
+        job = queue[head_index]
+        if not place(job, pools, resumable, frozenset(), room, start):
+            break
+        taken.add(job.index)
+        head_index += 1
+    shadow: float | None = None
+    if head_index < len(queue):
+        shadow = backfill(queue, head_index, pools, now, resumable, depth, room, start, taken)
+        if shadow is None and want_shadow:
+            shadow, _, _ = earliest(queue[head_index], pools, now, resumable)
+    if taken:
+        queue[:] = [job for job in queue if job.index not in taken]
+    return shadow
+
+
+def backfill(
+    queue: list[SimJob],
+    head_index: int,
+    pools: list[Pool],
+    now: float,
+    resumable: bool,
+    depth: int,
+    room: Room,
+    start: Start,
+    taken: set[int],
+) -> float | None:
+    """EASY: start later jobs that do not delay the head's reservation. Returns the shadow
+    time, or None when nothing could backfill (then no reservation was worked out)."""
+    empty = {pool.name: pool.empty_usable(resumable and pool.cloud) for pool in pools}
+    candidates = queue[head_index + 1 : head_index + 1 + depth]
+    if not candidates:
+        return None
+    shared = any(job.cpus for job in candidates)
+    shared_room = shared and has_shared_room(pools)
+    if not (any(empty.values()) or shared_room):
+        return None
+    shadow, reserved_pool, reserved = earliest(queue[head_index], pools, now, resumable)
+
+    def unreserved(pool: Pool) -> int:
+        if pool is not reserved_pool:
+            return empty[pool.name]
+        return empty[pool.name] - sum(1 for node in reserved if node.empty)
+
+    spare = {pool.name: unreserved(pool) for pool in pools}
+    for job in candidates:
+        ends_in_time = now + job.estimate_s <= shadow
+        if job.cpus == 0:  # whole nodes: the counts say at once whether it can start
+            room_for = empty if ends_in_time else spare
+            if not any(job.nodes <= count for count in room_for.values()):
+                continue
+        elif not (shared_room or any(empty.values())):
+            continue
+        avoid = frozenset() if ends_in_time else frozenset(reserved)
+        for pool in pools:
+            nodes = pick_in(
+                job, pool, resumable, avoid if pool is reserved_pool else frozenset(), room
+            )
+            if nodes is not None:
+                start(job, pool, nodes)
+                taken.add(job.index)
+                empty[pool.name] = pool.empty_usable(resumable and pool.cloud)
+                spare[pool.name] = unreserved(pool)
+                break
+    return shadow
+
+
+def has_shared_room(pools: list[Pool]) -> bool:
+    """A used node with CPUs left (a shared-node job might still fit there)."""
+    return any(node.jobs and node.free_cpus for pool in pools for node in pool.usable(False))
+
+
+def place(
+    job: SimJob,
+    pools: list[Pool],
+    resumable: bool,
+    avoid: frozenset[SimNode],
+    room: Room,
+    start: Start,
+) -> bool:
+    for pool in pools:
+        nodes = pick_in(job, pool, resumable, avoid, room)
+        if nodes is not None:
+            start(job, pool, nodes)
+            return True
+    return False
+
+
+def pick_in(
+    job: SimJob,
+    pool: Pool,
+    resumable: bool,
+    avoid: frozenset[SimNode],
+    room: Room,
+) -> list[SimNode] | None:
+    if job.nodes > len(pool.nodes) or not job.fits_shape(pool.shape):
+        return None
+    can_resume = resumable and pool.cloud and room(pool) > 0
+    nodes = pool.pick(job, can_resume, avoid)
+    if nodes is None or not can_resume:
+        return nodes
+    # each powered-down node it takes is one more instance: the cap counts them all
+    dormant = sum(1 for n in nodes if n.launched_at is None)
+    return nodes if dormant <= room(pool) else None
+
+
+def earliest(
+    job: SimJob, pools: list[Pool], now: float, resumable: bool
+) -> tuple[float, Pool | None, set[SimNode]]:
+    best: tuple[float, Pool | None, set[SimNode]] = (float("inf"), None, set())
+    for pool in pools:
+        if job.nodes > len(pool.nodes) or not job.fits_shape(pool.shape):
+            continue
+        at, nodes = pool.reservation(job, now, resumable and pool.cloud)
+        if at < best[0]:
+            best = (at, pool, nodes)
+    return best
+
+
+def estimated_starts(queue: list[SimJob], pools: list[Pool], now: float, count: int) -> list[float]:
+    """When the first `count` waiting jobs should start on the nodes there are (Slurm's
+    backfill estimate, which onprem_first reads): in queue order, each once the running
+    jobs' estimated ends have freed room for it and every job before it. Counted in node
+    shares, without backfill holes, so the estimates are late rather than early."""
+    free = 0.0
+    releases: list[tuple[float, float]] = []
+    for pool in pools:
+        for node in pool.usable(False):
+            free += node_room(node)
+        for job in pool.running.values():
+            released = job.nodes * share(job, pool.shape)
+            releases.append(
+                ((job.start if job.start is not None else now) + job.estimate_s, released)
+            )
+    releases.sort()
+    starts: list[float] = []
+    demand, position, at = 0.0, 0, now
+    shape_pool = pools[0]
+    for job in queue[:count]:
+        demand += job.nodes * share(job, shape_pool.shape)
+        while free < demand - 1e-9 and position < len(releases):
+            at = max(at, releases[position][0])
+            free += releases[position][1]
+            position += 1
+        starts.append(at if free >= demand - 1e-9 else float("inf"))
+    return starts
+
+
+def node_room(node: SimNode) -> float:
+    """The share of a node still free (its scarcest resource)."""
+    if not node.jobs:
+        return 1.0
+    shape = node.shape
+    parts = [node.free_cpus / shape.cpus, node.free_mem / shape.memory_mb]
+    if shape.gpus:
+        parts.append(node.free_gpus / shape.gpus)
+    return max(0.0, min(parts))

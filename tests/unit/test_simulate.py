@@ -1,0 +1,189 @@
+"""The replay: scheduler, baselines and the real policy chain on tiny synthetic traces whose
+right answers can be worked out by hand."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clustermgr.config import Settings, parse_settings
+from clustermgr.errors import ConfigError, UsageError
+from clustermgr.sim.replay import Replay
+from clustermgr.sim.results import Figures
+from clustermgr.sim.strategies import strategies, strategy
+from clustermgr.sim.traces import Trace, TraceJob
+
+PRICE = 3.6  # $/hour: 0.001 $/s, so costs read as seconds
+
+
+def settings(**simulate: Any) -> Settings:
+    chain = simulate.pop("chain", None)
+    market = simulate.pop("market", "on-demand")
+    gpus = simulate.pop("gpus", 0)
+    template: dict[str, Any] = {
+        "name": "burst",
+        "provider": "aws",
+        "partition": "cloud",
+        "nodes": "burst-[01-20]",
+        "instance_types": ["m5.large"],
+        "image": "ami-0",
+        "cpus": 8,
+        "memory_mb": 32000,
+        "market": market,
+        "prices": {"m5.large": {"on_demand": PRICE, "spot": PRICE / 4}},
+    }
+    if gpus:
+        template.update(gpus=gpus, gpu_model="a100")
+    return parse_settings(
+        {
+            "providers": [{"name": "aws", "type": "aws", "region": "us-east-1"}],
+            "templates": [template],
+            "policy": {
+                "chain": chain
+                if chain is not None
+                else [
+                    {"name": "queue_depth"},
+                    {"name": "idle_timeout", "options": {"minutes": 10}},
+                ]
+            },
+            "simulate": {"default_boot_delay_s": 600, "tick_s": 30, **simulate},
+        }
+    )
+
+
+def job(
+    n: int,
+    submit: float,
+    run: float,
+    nodes: int = 1,
+    requested: float | None = None,
+    cpus: int = 0,
+    gpus: int = 0,
+) -> TraceJob:
+    return TraceJob(f"j{n}", submit, nodes, cpus, gpus, 0, requested, run, "", "u")
+
+
+def trace(*jobs: TraceJob) -> Trace:
+    return Trace("synthetic", "swf", sorted(jobs, key=lambda j: j.submit_s), [], None)
+
+
+def replay(config: Settings, name: str, onprem: int, *jobs: TraceJob) -> tuple[Figures, Replay]:
+    sim = Replay(config, trace(*jobs), strategy(config, name), onprem)
+    return sim.run().figures(), sim
+
+
+def starts(sim: Replay) -> dict[str, float]:
+    return {j.job_id: -1 if j.first_start is None else j.first_start - j.submit for j in sim.jobs}
+
+
+def test_static_is_first_come_first_served() -> None:
+    figures, sim = replay(settings(), "static", 2, *(job(n, 0, 3600) for n in range(4)))
+    assert starts(sim) == {"j0": 0, "j1": 0, "j2": 3600, "j3": 3600}
+    assert figures.wait_mean_s == 1800
+    assert figures.cost == 0 and figures.cloud_jobs == 0
+    assert figures.onprem_utilisation == pytest.approx(1.0)
+
+
+def test_easy_backfill_never_delays_the_first_waiting_job() -> None:
+    jobs = [
+        job(1, 0, 100, requested=100),
+        job(2, 1, 100, nodes=2, requested=100),  # waits for j1: reserved at 100
+        job(3, 2, 50, requested=50),  # ends before 100: backfills now
+        job(4, 3, 500, requested=500),  # would delay j2: waits
+    ]
+    _, sim = replay(settings(), "static", 2, *jobs)
+    began = {j.job_id: j.first_start for j in sim.jobs}
+    assert began == {"j1": 0, "j2": 100, "j3": 2, "j4": 200}
+
+
+def test_reactive_pays_the_boot_and_ten_idle_minutes() -> None:
+    figures, sim = replay(settings(), "reactive", 1, job(1, 0, 3600), job(2, 0, 3600))
+    assert starts(sim) == {"j1": 0, "j2": 600}  # the second job waits for a cloud boot
+    assert figures.paid_node_hours * 3600 == pytest.approx(600 + 3600 + 600)
+    assert figures.cost == pytest.approx(4.8)
+    assert figures.used_node_hours == pytest.approx(1.0)
+    assert figures.launches == 1
+
+
+def test_bound_pays_only_the_work() -> None:
+    figures, sim = replay(settings(), "bound", 1, job(1, 0, 3600), job(2, 0, 3600))
+    assert starts(sim)["j2"] == 600
+    assert figures.paid_node_hours == pytest.approx(figures.used_node_hours) == pytest.approx(1)
+    assert figures.cost == pytest.approx(3.6)
+
+
+def test_policy_chain_launches_for_the_queue_and_stops_idle_nodes() -> None:
+    figures, sim = replay(settings(), "default", 1, job(1, 0, 3600), job(2, 0, 3600))
+    # queue_depth launches at the job's arrival; the job starts when the node has booted
+    assert starts(sim) == {"j1": 0, "j2": 600}
+    assert figures.launches == 1 and figures.cloud_jobs == 1
+    # idle_timeout stops it 10 minutes after its job, at the next 30 s tick or event
+    assert 4800 <= figures.paid_node_hours * 3600 <= 4800 + 30
+    assert figures.policy_errors == 0
+
+
+def test_onprem_first_holds_a_job_that_starts_on_prem_before_a_boot() -> None:
+    chain = [
+        {"name": "onprem_first", "options": {"minutes": 15}},
+        {"name": "queue_depth"},
+        {"name": "idle_timeout"},
+    ]
+    config = settings(chain=chain)
+    # j2 would wait 300 s on-prem (j1's time limit), less than a 600 s boot: no burst
+    figures, sim = replay(config, "default", 1, job(1, 0, 300, requested=300), job(2, 0, 60))
+    assert figures.launches == 0 and starts(sim)["j2"] == 300
+    # with a 2-hour wait ahead, it bursts
+    figures, sim = replay(config, "default", 1, job(1, 0, 7200, requested=7200), job(2, 0, 60))
+    assert figures.launches == 1 and starts(sim)["j2"] == 600
+
+
+def test_shared_node_jobs_pack_onto_one_node() -> None:
+    config = settings(gpus=8)
+    pods = [job(n, 0, 3600, cpus=2, gpus=4) for n in range(3)]
+    figures, sim = replay(config, "reactive", 1, *pods)
+    assert starts(sim) == {"j0": 0, "j1": 0, "j2": 600}  # two pods share the on-prem node
+    assert figures.used_node_hours == pytest.approx(0.5)  # half a node for an hour
+
+
+def test_spot_reclaims_requeue_jobs_and_count_lost_work_deterministically() -> None:
+    config = settings(market="spot", spot_reclaim_per_hour=2.0, seed=7)
+    jobs = [job(n, n * 60, 3600) for n in range(6)]
+    first, _ = replay(config, "reactive", 1, *jobs)
+    again, _ = replay(config, "reactive", 1, *jobs)
+    assert first == again  # the same seed, the same replay
+    assert first.reclaims > 0 and first.requeues > 0 and first.lost_node_hours > 0
+    assert first.completed == 6
+    other, _ = replay(
+        settings(market="spot", spot_reclaim_per_hour=2.0, seed=8), "reactive", 1, *jobs
+    )
+    assert other != first
+
+
+def test_a_failing_policy_voids_its_cycles(tmp_path: Path) -> None:
+    broken = tmp_path / "broken.py"
+    broken.write_text(
+        "class Broken:\n    name = 'broken'\n    def decide(self, view):\n        raise KeyError('x')\n"
+    )
+    config = settings(chain=[{"name": "queue_depth"}, {"name": "broken", "path": str(broken)}])
+    figures, sim = replay(config, "default", 1, job(1, 0, 600), job(2, 0, 600))
+    assert figures.launches == 0 and figures.policy_errors > 0
+    assert figures.last_policy_error == "policy broken: raised KeyError: 'x'"
+    assert starts(sim)["j2"] == 600  # it still runs, on-prem, when j1 is done
+
+
+def test_a_job_bigger_than_on_prem_is_skipped_and_counted() -> None:
+    figures, _ = replay(settings(), "static", 2, job(1, 0, 60, nodes=3), job(2, 0, 60))
+    assert figures.unrunnable == 1 and figures.completed == 1
+
+
+def test_strategy_names_are_checked_before_any_replay() -> None:
+    config = settings()
+    chosen = strategies(config, ["queue_depth+idle_timeout"], compare=True)
+    assert [s.name for s in chosen] == ["static", "reactive", "bound", "queue_depth+idle_timeout"]
+    assert chosen[-1].chain[1].options == {"minutes": 10}  # options from the config's chain
+    with pytest.raises(ConfigError, match="policy 'nope': not built in"):
+        strategies(config, ["queue_depth+nope"], compare=False)
+    with pytest.raises(UsageError, match="no \\[policy\\] chain"):
+        strategies(settings(chain=[]), [], compare=False)
