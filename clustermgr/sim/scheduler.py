@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clustermgr.sim.model import Pool, SimJob, SimNode
+from clustermgr.sim.model import Need, Pool, SimJob, SimNode
 from clustermgr.sim.results import share
 
 Start = Callable[[SimJob, Pool, list[SimNode]], None]
@@ -74,8 +74,7 @@ def backfill(
     if not candidates:
         return None
     shared = any(job.cpus for job in candidates)
-    shared_room = shared and has_shared_room(pools)
-    if not (any(empty.values()) or shared_room):
+    if not (any(empty.values()) or (shared and has_shared_room(pools))):
         return None
     shadow, reserved_pool, reserved = earliest(queue[head_index], pools, now, resumable)
 
@@ -85,14 +84,20 @@ def backfill(
         return empty[pool.name] - sum(1 for node in reserved if node.empty)
 
     spare = {pool.name: unreserved(pool) for pool in pools}
+    # the largest free room on any one node of each pool (and away from the reservation):
+    # a shared-node job bigger than that cannot start, whatever the node
+    holes = {pool.name: hole(pool, resumable, frozenset()) for pool in pools}
+    spare_holes = {pool.name: hole(pool, resumable, frozenset(reserved)) for pool in pools}
     for job in candidates:
         ends_in_time = now + job.estimate_s <= shadow
         if job.cpus == 0:  # whole nodes: the counts say at once whether it can start
             room_for = empty if ends_in_time else spare
             if not any(job.nodes <= count for count in room_for.values()):
                 continue
-        elif not (shared_room or any(empty.values())):
-            continue
+        else:
+            sizes = holes if ends_in_time else spare_holes
+            if not any(fits_in(job.need_on(p.shape), sizes[p.name]) for p in pools):
+                continue
         avoid = frozenset() if ends_in_time else frozenset(reserved)
         for pool in pools:
             nodes = pick_in(
@@ -103,8 +108,27 @@ def backfill(
                 taken.add(job.index)
                 empty[pool.name] = pool.empty_usable(resumable and pool.cloud)
                 spare[pool.name] = unreserved(pool)
+                holes[pool.name] = hole(pool, resumable, frozenset())
+                spare_holes[pool.name] = hole(pool, resumable, frozenset(reserved))
                 break
     return shadow
+
+
+def hole(pool: Pool, resumable: bool, avoid: frozenset[SimNode]) -> Need:
+    """The most CPUs, GPUs and memory free on any one usable node (each on its own)."""
+    if resumable and pool.cloud and pool.dormant_count():
+        return (pool.shape.cpus, pool.shape.gpus, pool.shape.memory_mb)
+    cpus = gpus = memory = 0
+    for node in pool.usable(False):
+        if node not in avoid:
+            cpus = max(cpus, node.free_cpus)
+            gpus = max(gpus, node.free_gpus)
+            memory = max(memory, node.free_mem)
+    return (cpus, gpus, memory)
+
+
+def fits_in(need: Need, room: Need) -> bool:
+    return need[0] <= room[0] and need[1] <= room[1] and need[2] <= room[2]
 
 
 def has_shared_room(pools: list[Pool]) -> bool:

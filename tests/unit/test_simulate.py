@@ -164,7 +164,10 @@ def test_spot_reclaims_requeue_jobs_and_count_lost_work_deterministically() -> N
 def test_a_failing_policy_voids_its_cycles(tmp_path: Path) -> None:
     broken = tmp_path / "broken.py"
     broken.write_text(
-        "class Broken:\n    name = 'broken'\n    def decide(self, view):\n        raise KeyError('x')\n"
+        "class Broken:\n"
+        "    name = 'broken'\n"
+        "    def decide(self, view):\n"
+        "        raise KeyError('x')\n"
     )
     config = settings(chain=[{"name": "queue_depth"}, {"name": "broken", "path": str(broken)}])
     figures, sim = replay(config, "default", 1, job(1, 0, 600), job(2, 0, 600))
