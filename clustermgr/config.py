@@ -259,6 +259,8 @@ class SimulateSettings(StrictModel):
     tick_s: float = Field(60.0, gt=0)
     backfill_depth: int = Field(200, ge=0)
     seed: int = 0
+    # options of policies named in `--policy a+b` that the [policy] chain does not hold
+    options: dict[str, dict[str, Any]] = {}
 
 
 class Settings(StrictModel):

@@ -3,7 +3,8 @@
 - `static`, `reactive`, `bound`: the baselines (see clustermgr.sim.replay).
 - `default`: the configuration's own `[policy] chain`, exactly as cm-scale runs it.
 - `a+b+c`: a chain of policies by name (built in, entry point, or a `path` policy of the
-  config); each takes its options from the config's chain when it is there, else defaults.
+  config); each takes its options from the config's chain when it is there, else from
+  `[simulate] options`, else its defaults.
 """
 
 from __future__ import annotations
@@ -41,5 +42,8 @@ def strategy(settings: Settings, name: str) -> Strategy:
     parts = [part.strip() for part in name.split("+")]
     if not all(parts):
         raise UsageError(f"--policy {name!r}: empty policy name (join names with '+')")
-    chain = tuple(configured.get(part) or PolicyRef(name=part) for part in parts)
+    extra = settings.simulate.options
+    chain = tuple(
+        configured.get(part) or PolicyRef(name=part, options=extra.get(part, {})) for part in parts
+    )
     return Strategy(name, "policy", chain)

@@ -186,6 +186,9 @@ def test_strategy_names_are_checked_before_any_replay() -> None:
     chosen = strategies(config, ["queue_depth+idle_timeout"], compare=True)
     assert [s.name for s in chosen] == ["static", "reactive", "bound", "queue_depth+idle_timeout"]
     assert chosen[-1].chain[1].options == {"minutes": 10}  # options from the config's chain
+    with_options = settings(options={"min_max": {"template": "burst", "min": 2}})
+    (warm,) = strategies(with_options, ["queue_depth+min_max"], compare=False)
+    assert warm.chain[1].options == {"template": "burst", "min": 2}  # from [simulate] options
     with pytest.raises(ConfigError, match="policy 'nope': not built in"):
         strategies(config, ["queue_depth+nope"], compare=False)
     with pytest.raises(UsageError, match="no \\[policy\\] chain"):
