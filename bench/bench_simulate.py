@@ -20,9 +20,9 @@ from clustermgr.sim.strategies import strategies
 from clustermgr.sim.traces import read_trace
 
 CONFIG = REPO / "etc" / "simulate" / "cpu-cluster.toml"
-TRACES = {  # file -> on-prem nodes
-    "KTH-SP2-1996-2.1-cln.swf.gz": 100,
-    "METACENTRUM-2009-2.swf.gz": 256,
+TRACES = {  # file -> (on-prem nodes, SWF processors per node), as in docs/simulation.md
+    "KTH-SP2-1996-2.1-cln.swf.gz": (100, 1),
+    "METACENTRUM-2009-2.swf.gz": (48, 8),
 }
 
 
@@ -39,9 +39,9 @@ def synthetic(path: Path, jobs: int) -> Path:
     return path
 
 
-def replay_all(trace_path: Path, onprem: int) -> None:
+def replay_all(trace_path: Path, onprem: int, procs_per_node: int = 1) -> None:
     settings = load_settings(CONFIG)
-    trace = read_trace(trace_path)
+    trace = read_trace(trace_path, procs_per_node=procs_per_node)
     print(f"{trace_path.name}: {len(trace.jobs):,} jobs, {onprem} on-prem nodes")
     for strategy in strategies(settings, [], compare=True):
         started = time.perf_counter()
@@ -62,11 +62,11 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as scratch:
             replay_all(synthetic(Path(scratch) / "synthetic.swf", 2000), 16)
         return
-    for name, onprem in TRACES.items():
+    for name, (onprem, procs_per_node) in TRACES.items():
         path = options.traces / name
         if not path.exists():
             fail(f"{path}: no such trace (pass --traces DIR)")
-        replay_all(path, onprem)
+        replay_all(path, onprem, procs_per_node)
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ from typing import Any
 from clustermgr.errors import UsageError
 from clustermgr.sim.results import Figures, Sample
 
-MAX_POINTS = 4000  # per line: enough for a screen, small enough for an HTML page
+MAX_POINTS = 1500  # time buckets per line: enough for a screen, small for an HTML page
 IMAGE_SUFFIXES = (".png", ".svg", ".pdf")
 
 
@@ -42,9 +42,9 @@ def write_plot(path: Path, title: str, runs: Sequence[tuple[Figures, Sequence[Sa
         colour = f"C{number}"
         if number == 0:
             nodes_ax.step(days, busy, where="post", color="0.55", lw=0.8, label="on-prem busy")
-        nodes_ax.step(
-            days, cloud, where="post", color=colour, lw=0.8, label=f"cloud up: {figures.strategy}"
-        )
+        if figures.strategy != "static":
+            label = f"cloud up: {figures.strategy}"
+            nodes_ax.step(days, cloud, where="post", color=colour, lw=0.8, label=label)
         queue_ax.step(days, queued, where="post", color=colour, lw=0.8, label=figures.strategy)
         cost_ax.plot(
             days, cost, color=colour, lw=1.2, label=f"{figures.strategy}: ${figures.cost:,.0f}"
@@ -70,16 +70,28 @@ def write_plot(path: Path, title: str, runs: Sequence[tuple[Figures, Sequence[Sa
 
 
 def _columns(timeline: Sequence[Sample]) -> tuple[list[float], ...]:
-    step = max(1, len(timeline) // MAX_POINTS)
-    points = list(timeline[::step])
-    if timeline and points[-1] is not timeline[-1]:
-        points.append(timeline[-1])
+    """Time-weighted means per time bucket (the cost: its value at each bucket's end): a
+    year of events draws as a readable line, not a stride sample that hides the peaks."""
+    if not timeline:
+        return [], [], [], [], []
+    start, end = timeline[0].at_s, timeline[-1].at_s
+    width = max((end - start) / MAX_POINTS, 1.0)
+    buckets: dict[int, list[float]] = {}  # bucket -> [seconds, busy, cloud, queued, cost]
+    for sample, after in zip(timeline, [*timeline[1:], timeline[-1]], strict=True):
+        held = max(after.at_s - sample.at_s, 1e-9)  # a sample holds until the next one
+        sums = buckets.setdefault(int((sample.at_s - start) / width), [0.0, 0.0, 0.0, 0.0, 0.0])
+        sums[0] += held
+        sums[1] += sample.onprem_busy * held
+        sums[2] += sample.cloud_active * held
+        sums[3] += sample.queued * held
+        sums[4] = sample.cost
+    ordered = sorted(buckets.items())
     return (
-        [s.at_s / 86400 for s in points],
-        [float(s.onprem_busy) for s in points],
-        [float(s.cloud_active) for s in points],
-        [float(s.queued) for s in points],
-        [s.cost for s in points],
+        [(start + index * width) / 86400 for index, _ in ordered],
+        [sums[1] / sums[0] for _, sums in ordered],
+        [sums[2] / sums[0] for _, sums in ordered],
+        [sums[3] / sums[0] for _, sums in ordered],
+        [sums[4] for _, sums in ordered],
     )
 
 

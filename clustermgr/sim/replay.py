@@ -44,6 +44,7 @@ from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
 ARRIVE, END, BOOTED, RECLAIM, IDLE, TICK = range(6)
 REACTIVE_IDLE_S = 600.0  # Slurm's SuspendTime in the peers' setups
 QUIET_LIMIT_S = 40 * 86400.0  # only ticks left for this long: the rest never starts
+DRAIN_S = 3600.0  # after the last job: time for the policies to stop what is still up
 DEFAULT_ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)
 ONPREM = "onprem"
 ESTIMATED_JOBS = 100  # waiting jobs given a start estimate per cycle (Slurm: bf_max_job_test)
@@ -99,6 +100,7 @@ class Replay:
         self._last_real = 0.0
         self._provider_active: dict[str, int] = {}
         self._active: dict[SimNode, None] = {}  # launched cloud nodes, in launch order
+        self._open_rate = self._open_offset = 0.0  # $/s of the nodes up, and its offset
 
     # --- setup -------------------------------------------------------------------------
 
@@ -184,8 +186,10 @@ class Replay:
                 self._handle(kind, subject, generation)
             if real:
                 self._last_real = self.now
-            elif self.now - self._last_real > QUIET_LIMIT_S:
-                break
+            elif self.now - self._last_real > (
+                DRAIN_S if len(self.outcome.waits) == len(self.jobs) else QUIET_LIMIT_S
+            ):
+                break  # nodes still up (a warm floor) are stopped here
             shadow = self._schedule()
             if self.runner is not None:
                 self._cycle(shadow)
@@ -298,6 +302,7 @@ class Replay:
         self.outcome.launches += 1
         self._active[node] = None
         self._pool(node.pool).active[node] = None
+        self._accrue(node, +1)
         self._push(node.up_at, BOOTED, node, node.generation)
         rate = self.sim.spot_reclaim_per_hour
         if market == "spot" and rate > 0:
@@ -305,6 +310,7 @@ class Replay:
 
     def _stop(self, node: SimNode) -> None:
         template = self.templates[node.pool]
+        self._accrue(node, -1)
         if self.strategy.kind != "bound":  # the bound pays per job (see _end)
             run_s = self.now - (node.launched_at if node.launched_at is not None else self.now)
             cost = template.billing.cost(template.hourly_price(node.market), run_s)
@@ -319,6 +325,14 @@ class Replay:
         self._provider_active[template.provider] -= 1
         self._active.pop(node, None)
         self._pool(node.pool).active.pop(node, None)
+
+    def _accrue(self, node: SimNode, sign: int) -> None:
+        """Keep the running cost of the nodes still up (for the cost curve): rate*now - offset."""
+        if self.strategy.kind == "bound" or node.launched_at is None:
+            return
+        per_s = self.templates[node.pool].hourly_price(node.market) / 3600
+        self._open_rate += sign * per_s
+        self._open_offset += sign * per_s * node.launched_at
 
     def _reclaim(self, node: SimNode) -> None:
         """Spot reclaim: the node's jobs are requeued; the work they did is lost."""
@@ -437,9 +451,8 @@ class Replay:
         return next(p for p in self.pools if p.name == name)
 
     def _sample(self) -> None:
-        sample = Sample(
-            self.now, self.onprem.busy, len(self._active), len(self.queue), self.outcome.cost
-        )
+        spent = self.outcome.cost + max(0.0, self._open_rate * self.now - self._open_offset)
+        sample = Sample(self.now, self.onprem.busy, len(self._active), len(self.queue), spent)
         self.outcome.timeline.append(sample)
 
     def _maybe_tick(self) -> None:

@@ -188,16 +188,17 @@ def estimated_starts(queue: list[SimJob], pools: list[Pool], now: float, count: 
     backfill estimate, which onprem_first reads): in queue order, each once the running
     jobs' estimated ends have freed room for it and every job before it. Counted in node
     shares, without backfill holes, so the estimates are late rather than early."""
+    if not queue or count <= 0:
+        return []
     free = 0.0
     releases: list[tuple[float, float]] = []
     for pool in pools:
-        for node in pool.usable(False):
-            free += node_room(node)
+        free += pool.empty_usable(False)  # empty nodes: whole ones free
+        used = {node for job in pool.running.values() for node in job.placed}
+        free += sum(node_room(node) for node in used)
         for job in pool.running.values():
-            released = job.nodes * share(job, pool.shape)
-            releases.append(
-                ((job.start if job.start is not None else now) + job.estimate_s, released)
-            )
+            begins = job.start if job.start is not None else now
+            releases.append((begins + job.estimate_s, job.nodes * share(job, pool.shape)))
     releases.sort()
     starts: list[float] = []
     demand, position, at = 0.0, 0, now

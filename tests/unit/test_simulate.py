@@ -193,3 +193,18 @@ def test_strategy_names_are_checked_before_any_replay() -> None:
         strategies(config, ["queue_depth+nope"], compare=False)
     with pytest.raises(UsageError, match="no \\[policy\\] chain"):
         strategies(settings(chain=[]), [], compare=False)
+
+
+def test_budget_cap_and_min_max_shape_the_cloud_through_the_chain() -> None:
+    capped = settings(options={"budget_cap": {"hourly": PRICE}})  # one node's price
+    jobs = [job(n, 0, 3600) for n in range(3)]
+    figures, sim = replay(capped, "queue_depth+idle_timeout+budget_cap", 1, *jobs)
+    assert figures.launches == 1  # the second cloud node would break the cap
+    assert starts(sim) == {"j0": 0, "j1": 600, "j2": 3600}  # j2 waits for on-prem
+    warm = settings(options={"min_max": {"template": "burst", "min": 1}})
+    figures, sim = replay(
+        warm, "queue_depth+idle_timeout+min_max", 1, job(1, 0, 60), job(2, 4000, 60)
+    )
+    assert figures.launches == 1 and figures.cloud_jobs == 0  # kept warm, never needed
+    # paid from the first cycle to an hour after the last job (then the replay ends)
+    assert figures.paid_node_hours * 3600 == pytest.approx(4060 + 3600, abs=30)
