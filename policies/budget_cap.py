@@ -6,7 +6,7 @@ import math
 from dataclasses import replace
 from datetime import datetime
 
-from clustermgr.policy import ClusterView, Refusal, ScaleDecision
+from clustermgr.policy import ClusterView, Launch, Refusal, ScaleDecision, copies_per_node
 
 
 class BudgetCap:
@@ -59,6 +59,7 @@ class BudgetCap:
             if price > 0 and self.monthly is not None:
                 room = (self.monthly - committed) / (price * hours)
                 allowed = min(allowed, max(0, math.floor(room + 1e-9)))
+            allowed = whole_jobs(view, launch, allowed)
             if allowed < launch.count:
                 refusals.append(
                     Refusal(
@@ -81,6 +82,28 @@ class BudgetCap:
         if self.monthly is not None:
             caps.append(f"cap ${self.monthly:.2f}/month")
         return ", ".join(caps)
+
+
+def whole_jobs(view: ClusterView, launch: Launch, allowed: int) -> int:
+    """Cut `allowed` down to nodes that finish whole jobs: half the nodes of a wide job
+    would only idle, paid, until the rest could be afforded. Jobs are taken in queue
+    order, skipping those that do not fit (smaller ones after them may)."""
+    if allowed >= launch.count or not launch.jobs:
+        return allowed
+    template = view.templates[launch.template]
+    pending = {job.job_id: job for job in view.pending}
+    needs = [
+        job.nodes * job.array_tasks / copies_per_node(job, template)
+        for job in (pending.get(job_id) for job_id in launch.jobs)
+        if job is not None
+    ]
+    # nodes already up or coming serve the first jobs: the launch covers the rest
+    covered = max(0, math.ceil(sum(needs) - 1e-9) - launch.count)
+    served = 0.0
+    for need in needs:
+        if served + need <= covered + allowed + 1e-9:
+            served += need
+    return max(0, min(allowed, math.ceil(served - 1e-9) - covered))
 
 
 def month_start(now: datetime) -> datetime:

@@ -300,3 +300,15 @@ def test_pending_reasons_in_either_spelling_count_as_lack_of_resources() -> None
         assert lacks_resources(job("1", reason=reason))
     for reason in ("JobHeldUser", "Dependency", "BeginTime", "QOSMaxJobsPerUserLimit"):
         assert not lacks_resources(job("1", reason=reason))
+
+
+def test_budget_cap_never_buys_part_of_a_wide_job() -> None:
+    wide = job("wide", nodes=3)
+    small = job("small")
+    chain = [PolicyRef(name="queue_depth"), PolicyRef(name="budget_cap", options={"hourly": 70})]
+    # $70/h buys 2 nodes: not the 3-node job (2 of its nodes would idle), but the small one
+    decision = run(chain, view(SLOTS, [wide, small]))
+    assert decision.launching() == 1
+    assert "budget_cap: 3 of 4 nodes refused" in decision.refusals[0].reason
+    alone = run(chain, view(SLOTS, [wide]))
+    assert alone.launching() == 0
