@@ -194,11 +194,11 @@ def _show(key: str, value: Any) -> str:
     if key.endswith("utilisation"):
         return f"{value:.1%}"
     if key == "cost":
-        return f"{value:,.0f}"
+        return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
     if key in ("paid_per_used", "bounded_slowdown"):
         return f"{value:.3f}"
     if isinstance(value, float):
-        return f"{value:,.0f}"
+        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
     return f"{value:,}"
 
 

@@ -178,23 +178,29 @@ class Replay:
         for job in self.jobs:
             self._push(job.submit, ARRIVE, job, 0)
         self.outcome.jobs = len(self.jobs)
+        live_until = 0.0
         while self.events:
             self.now = self.events[0][0]
-            real = False
+            real = tick = False
             for kind, subject, generation in self._due(self.now):
-                real |= kind != TICK
-                self._handle(kind, subject, generation)
+                tick |= kind == TICK
+                real |= kind != TICK and self._handle(kind, subject, generation)
+            if not (real or tick):
+                continue  # only stale timers (a node stopped since, a job requeued)
             if real:
                 self._last_real = self.now
             elif self.now - self._last_real > (
                 DRAIN_S if len(self.outcome.waits) == len(self.jobs) else QUIET_LIMIT_S
             ):
                 break  # nodes still up (a warm floor) are stopped here
+            live_until = self.now
             shadow = self._schedule()
             if self.runner is not None:
                 self._cycle(shadow)
             self._sample()
             self._maybe_tick()
+        if not self.events:  # ran out: the stale timers at the end changed nothing
+            self.now = live_until
         self._finish()
         return self.outcome
 
@@ -207,22 +213,30 @@ class Replay:
         self._seq += 1
         heapq.heappush(self.events, (at, self._seq, kind, subject, generation))
 
-    def _handle(self, kind: int, subject: object, generation: int) -> None:
+    def _handle(self, kind: int, subject: object, generation: int) -> bool:
+        """Apply one event; False when it is stale (its job or node has moved on)."""
         if kind == ARRIVE:
             assert isinstance(subject, SimJob)
             self.queue.append(subject)
-        elif kind == END:
+            return True
+        if kind == END:
             assert isinstance(subject, SimJob)
             if subject.generation == generation:
                 self._end(subject)
-        elif isinstance(subject, SimNode) and subject.generation == generation:
-            if kind == BOOTED:
-                subject.state = NodeState.UP
-                self._dirty.add(subject)
-            elif kind == RECLAIM and subject.state in (NodeState.BOOTING, NodeState.UP):
-                self._reclaim(subject)
-            elif kind == IDLE and subject.state is NodeState.UP and subject.empty:
-                self._stop(subject)
+                return True
+            return False
+        if not isinstance(subject, SimNode) or subject.generation != generation:
+            return False
+        if kind == BOOTED:
+            subject.state = NodeState.UP
+            self._dirty.add(subject)
+        elif kind == RECLAIM and subject.state in (NodeState.BOOTING, NodeState.UP):
+            self._reclaim(subject)
+        elif kind == IDLE and subject.state is NodeState.UP and subject.empty:
+            self._stop(subject)
+        else:
+            return False
+        return True
 
     def _end(self, job: SimJob) -> None:
         pool = self._pool(job.pool)
@@ -467,5 +481,5 @@ class Replay:
         for node in list(self._active):
             self._stop(node)
         self.outcome.never_started = len(self.queue)
-        self.outcome.end_s = self.now
+        self.outcome.end_s = self.now  # the last moment anything happened
         self.outcome.onprem_nodes = len(self.onprem.nodes)
