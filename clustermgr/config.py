@@ -255,6 +255,12 @@ class SimulateSettings(StrictModel):
     onprem_memory_mb: int | None = Field(None, ge=1)
     boot_delay_s: dict[str, float] = {}  # per template: launch -> joins Slurm
     default_boot_delay_s: float = Field(600.0, ge=0)
+    # Slurm's power saving on the on-prem partition: an on-prem node idle this long is
+    # powered off (None: never) and powered on again for a job, which waits for its boot
+    onprem_suspend_after_s: float | None = Field(None, ge=0)
+    onprem_boot_delay_s: float = Field(300.0, ge=0)
+    onprem_keep_on: int = Field(0, ge=0)  # nodes that always stay on (SuspendExcNodes)
+    onprem_idle_kw: float = Field(0.0, ge=0)  # an idle on-prem node's draw: the kWh saved
     spot_reclaim_per_hour: float = Field(0.01, ge=0)
     tick_s: float = Field(60.0, gt=0)
     backfill_depth: int = Field(200, ge=0)

@@ -141,7 +141,8 @@ def simulate(
         f"{trace_path.name} ({trace.format}): {len(trace.jobs):,} jobs, "
         f"{nodes} on-prem nodes, scale-time {scale_time:g}, seed {settings.simulate.seed}"
     )
-    _table([(f, s) for f, _, s in runs])
+    power = settings.simulate.onprem_suspend_after_s is not None
+    _table([(f, s) for f, _, s in runs], ROWS + (POWER_ROWS if power else []))
     if plot_path is not None:
         click.echo(f"plot written to {plot_path}")
 
@@ -169,7 +170,14 @@ ROWS: list[tuple[str, str]] = [
 ]
 
 
-def _table(runs: list[tuple[Any, float]]) -> None:
+POWER_ROWS: list[tuple[str, str]] = [
+    ("on-prem node-hours powered off", "onprem_off_node_hours"),
+    ("on-prem power-ons", "onprem_power_ons"),
+    ("energy saved (kWh)", "energy_saved_kwh"),
+]
+
+
+def _table(runs: list[tuple[Any, float]], rows: list[tuple[str, str]]) -> None:
     from rich.console import Console
     from rich.table import Table
 
@@ -177,7 +185,7 @@ def _table(runs: list[tuple[Any, float]]) -> None:
     table.add_column("")
     for figures, _ in runs:
         table.add_column(figures.strategy, justify="right")
-    for label, key in ROWS:
+    for label, key in rows:
         table.add_row(label, *(_show(key, getattr(f, key)) for f, _ in runs))
     table.add_row("replay time", *(f"{seconds:.1f} s" for _, seconds in runs))
     Console(soft_wrap=False, width=max(120, Console().width)).print(table)

@@ -100,10 +100,18 @@ class Pool:
     that are powering up: the job starts when they join); `resumable` ones (powered-down
     cloud slots, in the reactive model) take jobs and boot for them."""
 
-    def __init__(self, name: str, shape: Shape, nodes: Iterable[SimNode], cloud: bool):
+    def __init__(
+        self,
+        name: str,
+        shape: Shape,
+        nodes: Iterable[SimNode],
+        cloud: bool,
+        resumable: bool = False,
+    ):
         self.name = name
         self.shape = shape
         self.cloud = cloud
+        self.resumable = resumable  # Slurm resumes its powered-down nodes for a job
         self.nodes = list(nodes)
         self.running: dict[int, SimJob] = {}  # job index -> job placed here
         self.busy = 0  # nodes running at least one job
@@ -192,9 +200,10 @@ class Pool:
         return float("inf"), set()
 
     def empty_usable(self, resumable: bool) -> int:
-        if not self.cloud:  # on-prem nodes are always up: count, do not look
-            return len(self.active) - self.busy
-        empty = sum(1 for n in self.usable(False) if n.empty)
+        if not self.cloud:  # on-prem nodes on are all up or booting: count, do not look
+            empty = len(self.active) - self.busy
+        else:
+            empty = sum(1 for n in self.usable(False) if n.empty)
         return empty + (self.dormant_count() if resumable else 0)
 
 

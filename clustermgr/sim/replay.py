@@ -84,7 +84,7 @@ class Replay:
         self.partition = ",".join(
             dict.fromkeys([ONPREM, *(t.partition for t in self.templates.values())])
         )
-        self.outcome = Outcome(strategy=strategy.name)
+        self.outcome = Outcome(strategy=strategy.name, onprem_idle_kw=self.sim.onprem_idle_kw)
         self.jobs = self._jobs(trace, scale_time)
         self.queue: list[SimJob] = []
         self.events: list[tuple[float, int, int, object, int]] = []
@@ -117,7 +117,8 @@ class Replay:
         for node in nodes:
             node.reset()
             node.idle_since = 0.0
-        return Pool(ONPREM, shape, nodes, cloud=False)
+        saving = self.sim.onprem_suspend_after_s is not None
+        return Pool(ONPREM, shape, nodes, cloud=False, resumable=saving)
 
     def _cloud_pool(self, name: str) -> Pool:
         template = self.templates[name]
@@ -126,7 +127,8 @@ class Replay:
         nodes = [SimNode(n, name, shape, NodeState.POWERED_DOWN) for n in names]
         for node in nodes:
             node.reset()
-        return Pool(name, shape, nodes, cloud=True)
+        resumable = self.strategy.kind in ("reactive", "bound")
+        return Pool(name, shape, nodes, cloud=True, resumable=resumable)
 
     def _jobs(self, trace: Trace, scale_time: float) -> list[SimJob]:
         jobs = []
@@ -177,6 +179,9 @@ class Replay:
     def run(self) -> Outcome:
         for job in self.jobs:
             self._push(job.submit, ARRIVE, job, 0)
+        if self.sim.onprem_suspend_after_s is not None:
+            for node in self.onprem.nodes:  # idle from the start
+                self._push(self.sim.onprem_suspend_after_s, IDLE, node, node.generation)
         self.outcome.jobs = len(self.jobs)
         live_until = 0.0
         while self.events:
@@ -232,11 +237,20 @@ class Replay:
             self._dirty.add(subject)
         elif kind == RECLAIM and subject.state in (NodeState.BOOTING, NodeState.UP):
             self._reclaim(subject)
-        elif kind == IDLE and subject.state is NodeState.UP and subject.empty:
+        elif kind == IDLE and subject.state is NodeState.UP and self._idle_enough(subject):
+            if subject.pool == ONPREM:
+                return self._power_off(subject)
             self._stop(subject)
         else:
             return False
         return True
+
+    def _idle_enough(self, node: SimNode) -> bool:
+        """Idle for its whole limit (an older timer of a node busy since does not count)."""
+        if not node.empty or node.idle_since is None:
+            return False
+        limit = self.sim.onprem_suspend_after_s if node.pool == ONPREM else REACTIVE_IDLE_S
+        return self.now - node.idle_since >= (limit or 0.0) - 1e-6
 
     def _end(self, job: SimJob) -> None:
         pool = self._pool(job.pool)
@@ -257,14 +271,17 @@ class Replay:
             for node in nodes:
                 if node.empty:
                     self._push(self.now + REACTIVE_IDLE_S, IDLE, node, node.generation)
+        suspend = self.sim.onprem_suspend_after_s
+        if not pool.cloud and suspend is not None:
+            for node in nodes:
+                if node.empty:
+                    self._push(self.now + suspend, IDLE, node, node.generation)
 
     def _schedule(self) -> float | None:
-        resumable = self.strategy.kind in ("reactive", "bound")
         return schedule(
             self.queue,
             self.pools,
             self.now,
-            resumable,
             self.sim.backfill_depth,
             self._room,
             self._start,
@@ -274,8 +291,10 @@ class Replay:
     def _start(self, job: SimJob, pool: Pool, nodes: list[SimNode]) -> None:
         """Give `job` its nodes (booting powered-down ones first, in the reactive model)."""
         for node in nodes:
-            if node.state is NodeState.POWERED_DOWN:
+            if node.state is NodeState.POWERED_DOWN and pool.cloud:
                 self._launch(node, self.templates[pool.name].market)
+            elif node.state is NodeState.POWERED_DOWN:
+                self._power_on(node)
         occupy(job, pool, nodes, self.now)
         self._dirty.update(nodes)
         job.start = max([self.now, *(n.up_at or self.now for n in nodes)])
@@ -291,6 +310,8 @@ class Replay:
 
     def _room(self, pool: Pool) -> int:
         """How many more nodes of `pool` its provider's instance cap allows."""
+        if not pool.cloud:
+            return pool.dormant_count()
         template = self.templates[pool.name]
         limit = self.settings.provider(template.provider).max_instances
         if limit is None:
@@ -371,6 +392,32 @@ class Replay:
     def _requeue(self, job: SimJob) -> None:
         at = next((i for i, queued in enumerate(self.queue) if queued.index > job.index), None)
         self.queue.insert(len(self.queue) if at is None else at, job)
+
+    # --- on-prem power (Slurm's power saving on the on-prem partition) ------------------
+
+    def _power_off(self, node: SimNode) -> bool:
+        """Suspend an idle on-prem node, unless that would leave fewer on than the floor."""
+        if len(self.onprem.active) <= self.sim.onprem_keep_on:
+            return False
+        node.generation += 1
+        node.state = NodeState.POWERED_DOWN
+        node.launched_at = self.now  # when it went off (for the energy figure)
+        node.up_at = node.idle_since = None
+        self.onprem.active.pop(node, None)
+        self._dirty.add(node)
+        return True
+
+    def _power_on(self, node: SimNode) -> None:
+        off_since = node.launched_at if node.launched_at is not None else self.now
+        self.outcome.onprem_off_node_s += self.now - off_since
+        self.outcome.onprem_power_ons += 1
+        node.generation += 1
+        node.state = NodeState.BOOTING
+        node.launched_at = None
+        node.up_at = self.now + self.sim.onprem_boot_delay_s
+        self.onprem.active[node] = None
+        self._dirty.add(node)
+        self._push(node.up_at, BOOTED, node, node.generation)
 
     # --- the policy cycle --------------------------------------------------------------
 
@@ -480,6 +527,9 @@ class Replay:
     def _finish(self) -> None:
         for node in list(self._active):
             self._stop(node)
+        for node in self.onprem.nodes:
+            if node.state is NodeState.POWERED_DOWN and node.launched_at is not None:
+                self.outcome.onprem_off_node_s += self.now - node.launched_at
         self.outcome.never_started = len(self.queue)
         self.outcome.end_s = self.now  # the last moment anything happened
         self.outcome.onprem_nodes = len(self.onprem.nodes)

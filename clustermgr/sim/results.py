@@ -47,6 +47,9 @@ class Outcome:
     cloud_jobs: int = 0
     policy_errors: int = 0
     last_policy_error: str | None = None
+    onprem_off_node_s: float = 0.0
+    onprem_power_ons: int = 0
+    onprem_idle_kw: float = 0.0
     waits: list[float] = field(default_factory=list)
     slowdowns: list[float] = field(default_factory=list)
     first_submit_s: float | None = None
@@ -109,6 +112,9 @@ class Outcome:
             policy_errors=self.policy_errors,
             last_policy_error=self.last_policy_error,
             span_days=span / 86400,
+            onprem_off_node_hours=self.onprem_off_node_s / 3600,
+            onprem_power_ons=self.onprem_power_ons,
+            energy_saved_kwh=self.onprem_off_node_s / 3600 * self.onprem_idle_kw,
         )
 
 
@@ -138,6 +144,9 @@ class Figures:
     policy_errors: int
     last_policy_error: str | None
     span_days: float
+    onprem_off_node_hours: float
+    onprem_power_ons: int
+    energy_saved_kwh: float
 
     def as_json(self) -> dict[str, Any]:
         return {

@@ -27,7 +27,6 @@ def schedule(
     queue: list[SimJob],
     pools: list[Pool],
     now: float,
-    resumable: bool,
     depth: int,
     room: Room,
     start: Start,
@@ -36,21 +35,22 @@ def schedule(
     """Start what can start now (through `start`, which occupies the nodes); return the
     head job's shadow time (None: nothing left waiting).
 
-    `resumable`: powered-down cloud nodes count as free (Slurm's power saving); `room`
-    says how many more nodes a pool may resume (its provider's instance cap)."""
+    A `resumable` pool's powered-down nodes count as free (Slurm's power saving resumes
+    them for the job); `room` says how many more nodes a pool may resume (its provider's
+    instance cap)."""
     taken: set[int] = set()
     head_index = 0
     while head_index < len(queue):
         job = queue[head_index]
-        if not place(job, pools, resumable, frozenset(), room, start):
+        if not place(job, pools, frozenset(), room, start):
             break
         taken.add(job.index)
         head_index += 1
     shadow: float | None = None
     if head_index < len(queue):
-        shadow = backfill(queue, head_index, pools, now, resumable, depth, room, start, taken)
+        shadow = backfill(queue, head_index, pools, now, depth, room, start, taken)
         if shadow is None and want_shadow:
-            shadow, _, _ = earliest(queue[head_index], pools, now, resumable)
+            shadow, _, _ = earliest(queue[head_index], pools, now)
     if taken:
         queue[:] = [job for job in queue if job.index not in taken]
     return shadow
@@ -61,7 +61,6 @@ def backfill(
     head_index: int,
     pools: list[Pool],
     now: float,
-    resumable: bool,
     depth: int,
     room: Room,
     start: Start,
@@ -69,14 +68,14 @@ def backfill(
 ) -> float | None:
     """EASY: start later jobs that do not delay the head's reservation. Returns the shadow
     time, or None when nothing could backfill (then no reservation was worked out)."""
-    empty = {pool.name: pool.empty_usable(resumable and pool.cloud) for pool in pools}
+    empty = {pool.name: pool.empty_usable(pool.resumable) for pool in pools}
     candidates = queue[head_index + 1 : head_index + 1 + depth]
     if not candidates:
         return None
     shared = any(job.cpus for job in candidates)
     if not (any(empty.values()) or (shared and has_shared_room(pools))):
         return None
-    shadow, reserved_pool, reserved = earliest(queue[head_index], pools, now, resumable)
+    shadow, reserved_pool, reserved = earliest(queue[head_index], pools, now)
 
     def unreserved(pool: Pool) -> int:
         if pool is not reserved_pool:
@@ -86,8 +85,8 @@ def backfill(
     spare = {pool.name: unreserved(pool) for pool in pools}
     # the largest free room on any one node of each pool (and away from the reservation):
     # a shared-node job bigger than that cannot start, whatever the node
-    holes = {pool.name: hole(pool, resumable, frozenset()) for pool in pools}
-    spare_holes = {pool.name: hole(pool, resumable, frozenset(reserved)) for pool in pools}
+    holes = {pool.name: hole(pool, frozenset()) for pool in pools}
+    spare_holes = {pool.name: hole(pool, frozenset(reserved)) for pool in pools}
     for job in candidates:
         ends_in_time = now + job.estimate_s <= shadow
         if job.cpus == 0:  # whole nodes: the counts say at once whether it can start
@@ -100,23 +99,21 @@ def backfill(
                 continue
         avoid = frozenset() if ends_in_time else frozenset(reserved)
         for pool in pools:
-            nodes = pick_in(
-                job, pool, resumable, avoid if pool is reserved_pool else frozenset(), room
-            )
+            nodes = pick_in(job, pool, avoid if pool is reserved_pool else frozenset(), room)
             if nodes is not None:
                 start(job, pool, nodes)
                 taken.add(job.index)
-                empty[pool.name] = pool.empty_usable(resumable and pool.cloud)
+                empty[pool.name] = pool.empty_usable(pool.resumable)
                 spare[pool.name] = unreserved(pool)
-                holes[pool.name] = hole(pool, resumable, frozenset())
-                spare_holes[pool.name] = hole(pool, resumable, frozenset(reserved))
+                holes[pool.name] = hole(pool, frozenset())
+                spare_holes[pool.name] = hole(pool, frozenset(reserved))
                 break
     return shadow
 
 
-def hole(pool: Pool, resumable: bool, avoid: frozenset[SimNode]) -> Need:
+def hole(pool: Pool, avoid: frozenset[SimNode]) -> Need:
     """The most CPUs, GPUs and memory free on any one usable node (each on its own)."""
-    if resumable and pool.cloud and pool.dormant_count():
+    if pool.resumable and pool.dormant_count():
         return (pool.shape.cpus, pool.shape.gpus, pool.shape.memory_mb)
     cpus = gpus = memory = 0
     for node in pool.usable(False):
@@ -139,13 +136,12 @@ def has_shared_room(pools: list[Pool]) -> bool:
 def place(
     job: SimJob,
     pools: list[Pool],
-    resumable: bool,
     avoid: frozenset[SimNode],
     room: Room,
     start: Start,
 ) -> bool:
     for pool in pools:
-        nodes = pick_in(job, pool, resumable, avoid, room)
+        nodes = pick_in(job, pool, avoid, room)
         if nodes is not None:
             start(job, pool, nodes)
             return True
@@ -155,13 +151,12 @@ def place(
 def pick_in(
     job: SimJob,
     pool: Pool,
-    resumable: bool,
     avoid: frozenset[SimNode],
     room: Room,
 ) -> list[SimNode] | None:
     if job.nodes > len(pool.nodes) or not job.fits_shape(pool.shape):
         return None
-    can_resume = resumable and pool.cloud and room(pool) > 0
+    can_resume = pool.resumable and room(pool) > 0
     nodes = pool.pick(job, can_resume, avoid)
     if nodes is None or not can_resume:
         return nodes
@@ -170,14 +165,12 @@ def pick_in(
     return nodes if dormant <= room(pool) else None
 
 
-def earliest(
-    job: SimJob, pools: list[Pool], now: float, resumable: bool
-) -> tuple[float, Pool | None, set[SimNode]]:
+def earliest(job: SimJob, pools: list[Pool], now: float) -> tuple[float, Pool | None, set[SimNode]]:
     best: tuple[float, Pool | None, set[SimNode]] = (float("inf"), None, set())
     for pool in pools:
         if job.nodes > len(pool.nodes) or not job.fits_shape(pool.shape):
             continue
-        at, nodes = pool.reservation(job, now, resumable and pool.cloud)
+        at, nodes = pool.reservation(job, now, pool.resumable)
         if at < best[0]:
             best = (at, pool, nodes)
     return best

@@ -208,3 +208,17 @@ def test_budget_cap_and_min_max_shape_the_cloud_through_the_chain() -> None:
     assert figures.launches == 1 and figures.cloud_jobs == 0  # kept warm, never needed
     # paid from the first cycle to an hour after the last job (then the replay ends)
     assert figures.paid_node_hours * 3600 == pytest.approx(4060 + 3600, abs=30)
+
+
+def test_onprem_power_saving_powers_idle_nodes_off_and_on_for_jobs() -> None:
+    power = {"onprem_suspend_after_s": 600, "onprem_boot_delay_s": 300, "onprem_idle_kw": 2.0}
+    jobs = (job(1, 0, 100), job(2, 5000, 100))
+    figures, sim = replay(settings(**power), "static", 2, *jobs)
+    # both nodes are off when j2 comes: one is powered on and j2 waits for its boot
+    assert starts(sim) == {"j1": 0, "j2": 300}
+    assert figures.onprem_power_ons == 1
+    # node 1 off 600-6000 s, node 0 off 700-5000 s: 9,700 s off at 2 kW
+    assert figures.onprem_off_node_hours == pytest.approx(9700 / 3600)
+    assert figures.energy_saved_kwh == pytest.approx(2 * 9700 / 3600)
+    floor, sim = replay(settings(**power, onprem_keep_on=1), "static", 2, *jobs)
+    assert starts(sim)["j2"] == 0 and floor.onprem_power_ons == 0  # one node always on
