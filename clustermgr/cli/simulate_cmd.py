@@ -201,12 +201,10 @@ def _show(key: str, value: Any) -> str:
         return _duration(value)
     if key.endswith("utilisation"):
         return f"{value:.1%}"
-    if key == "cost":
-        return f"{value:,.0f}" if value >= 100 else f"{value:.2f}"
+    if key == "cost" or isinstance(value, float):
+        return f"{value:,.0f}" if value >= 100 or value == 0 else f"{value:.2f}"
     if key in ("paid_per_used", "bounded_slowdown"):
         return f"{value:.3f}"
-    if isinstance(value, float):
-        return f"{value:,.0f}" if abs(value) >= 100 else f"{value:.2f}"
     return f"{value:,}"
 
 
