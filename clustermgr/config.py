@@ -20,10 +20,22 @@ from clustermgr.pricing import DEFAULT_BILLING, BillingRule, Price
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
-ProviderType = Literal["aws", "azure", "openstack", "local"]
+ProviderType = Literal["aws", "azure", "openstack", "local", "ipmi", "redfish"]
 CredentialSource = Literal[
-    "chain", "profile", "default", "client_secret_file", "client_secret_env", "clouds_yaml", "none"
+    "chain",
+    "profile",
+    "default",
+    "client_secret_file",
+    "client_secret_env",
+    "clouds_yaml",
+    "password_file",
+    "password_env",
+    "none",
 ]
+# On-prem power providers: a BMC per node, no cloud bill.
+BMC_TYPES = ("ipmi", "redfish")
+BMC_CREDENTIAL_SOURCES = {"password_file", "password_env"}
+ONPREM_BILLING = (1, 0)
 
 # Which credential sources and provider-specific keys each provider type understands.
 CREDENTIAL_SOURCES: dict[str, set[str]] = {
@@ -31,13 +43,19 @@ CREDENTIAL_SOURCES: dict[str, set[str]] = {
     "azure": {"default", "client_secret_file", "client_secret_env"},
     "openstack": {"clouds_yaml"},
     "local": {"none"},
+    # "none" on the provider: every bmc_nodes entry names its own credentials
+    "ipmi": {"password_file", "password_env", "none"},
+    "redfish": {"password_file", "password_env", "none"},
 }
 NATURAL_CREDENTIALS = {
     "aws": "chain",
     "azure": "default",
     "openstack": "clouds_yaml",
     "local": "none",
+    "ipmi": "none",
+    "redfish": "none",
 }
+BMC_KEYS = {"bmc_nodes", "bmc_timeout_s", "soft_off_timeout_s", "hard_off_timeout_s"}
 # polling_interval_s is shared by azure (LRO polls) and openstack (waits for ACTIVE).
 PROVIDER_ONLY_KEYS: dict[str, set[str]] = {
     "aws": {"launch_batch_size", "terminate_batch_size", "retry_mode"},
@@ -49,6 +67,8 @@ PROVIDER_ONLY_KEYS: dict[str, set[str]] = {
     },
     "openstack": set(),
     "local": {"subnet", "state_dir"},
+    "ipmi": BMC_KEYS | {"ipmi_cipher_suite", "ipmi_privilege"},
+    "redfish": BMC_KEYS | {"redfish_scheme", "tls_verify", "tls_ca_file"},
 }
 
 
@@ -78,12 +98,53 @@ class SlurmSettings(StrictModel):
 
 class Credentials(StrictModel):
     source: CredentialSource = "chain"
+    username: str | None = None  # a BMC's user (ipmi, redfish); never the password
     profile: str | None = None
     tenant_id: str | None = None
     client_id: str | None = None
     secret_file: Path | None = None
     secret_env: str | None = None
     cloud: str | None = None
+
+
+def check_bmc_credentials(creds: Credentials, where: str) -> None:
+    """A BMC password comes from a file or an environment variable, for a named user."""
+    if creds.source not in BMC_CREDENTIAL_SOURCES:
+        raise ValueError(f"{where}: credentials.source must be password_file or password_env")
+    if not creds.username:
+        raise ValueError(f"{where}: credentials.source {creds.source!r} needs credentials.username")
+
+
+class BmcNodeSettings(StrictModel):
+    """Nodes whose power one BMC entry controls (ipmi, redfish providers).
+
+    `address` and `system` may hold `{node}`, replaced by each node's name, so one entry
+    covers a hostlist: `nodes = "gpu-[001-064]"`, `address = "{node}-bmc.example.org"`.
+    """
+
+    nodes: str = Field(min_length=1, description="Slurm hostlist of the nodes")
+    address: str = Field(min_length=1, description="BMC host name or IP address")
+    port: int | None = Field(None, ge=1, le=65535)  # default: ProviderSettings.bmc_default_port
+    system: str | None = None  # redfish: the ComputerSystem id; default: the BMC's only one
+    instance_type: str = Field("onprem", pattern=NAME_PATTERN)  # the hardware class label
+    credentials: Credentials | None = None  # default: the provider's credentials
+
+    @model_validator(mode="after")
+    def _check(self) -> BmcNodeSettings:
+        try:
+            names = expand(self.nodes)
+        except HostlistError as exc:
+            raise ValueError(f"nodes {self.nodes!r} is not a valid Slurm hostlist: {exc}") from None
+        for name in names:
+            if not re.match(NAME_PATTERN, name):
+                raise ValueError(f"nodes {self.nodes!r}: {name!r} is not a node name")
+        if self.credentials is not None:
+            check_bmc_credentials(self.credentials, f"bmc_nodes entry {self.nodes!r}")
+        return self
+
+    @property
+    def node_names(self) -> list[str]:
+        return expand(self.nodes)
 
 
 class ProviderSettings(StrictModel):
@@ -108,15 +169,28 @@ class ProviderSettings(StrictModel):
     # local
     subnet: str = "10.213.0.0/24"
     state_dir: Path | None = None
+    # ipmi, redfish: on-prem nodes whose power a BMC controls
+    bmc_nodes: list[BmcNodeSettings] = []
+    bmc_timeout_s: float = Field(5.0, gt=0, le=120)  # one BMC call, then UNKNOWN / an error
+    soft_off_timeout_s: float = Field(120.0, ge=0)  # graceful shutdown, then hard off; 0: hard
+    hard_off_timeout_s: float = Field(30.0, gt=0)  # hard off until the BMC reports off
+    # ipmi (ipmitool lanplus)
+    ipmi_cipher_suite: int = Field(17, ge=1, le=17)
+    ipmi_privilege: Literal["OPERATOR", "ADMINISTRATOR"] = "OPERATOR"
+    # redfish
+    redfish_scheme: Literal["https", "http"] = "https"
+    tls_verify: bool = True
+    tls_ca_file: Path | None = None
 
     @model_validator(mode="before")
     @classmethod
     def _keys_of_other_types(cls, data: Any) -> Any:
         if isinstance(data, dict) and data.get("type") in NATURAL_CREDENTIALS:
             own = PROVIDER_ONLY_KEYS[data["type"]]
-            for kind, keys in PROVIDER_ONLY_KEYS.items():
+            for keys in PROVIDER_ONLY_KEYS.values():
                 for key in sorted((keys - own) & set(data)):
-                    raise ValueError(f"key {key!r} is only for {kind} providers")
+                    owners = " and ".join(k for k, ks in PROVIDER_ONLY_KEYS.items() if key in ks)
+                    raise ValueError(f"key {key!r} is only for {owners} providers")
             creds = data.get("credentials", {})
             if isinstance(creds, dict) and "source" not in creds:
                 natural = NATURAL_CREDENTIALS[data["type"]]
@@ -146,12 +220,60 @@ class ProviderSettings(StrictModel):
             raise ValueError("credentials.source 'clouds_yaml' needs credentials.cloud")
         if self.type == "azure" and not (self.subscription_id and self.resource_group):
             raise ValueError("azure providers need subscription_id and resource_group")
+        if self.type in BMC_TYPES:
+            self._check_bmc()
         return self
+
+    def _check_bmc(self) -> None:
+        if self.credentials.source != "none":
+            check_bmc_credentials(self.credentials, f"{self.type} provider")
+        for key in ("max_instances", "endpoint_url"):
+            if getattr(self, key) is not None:
+                raise ValueError(
+                    f"{key} is not used by {self.type} providers (bmc_nodes is the list)"
+                )
+        if not self.bmc_nodes:
+            raise ValueError(f"{self.type} providers need bmc_nodes (the nodes and their BMCs)")
+        seen: dict[str, str] = {}
+        endpoints: dict[tuple[str, int, str | None], str] = {}
+        for entry in self.bmc_nodes:
+            for node in entry.node_names:
+                if node in seen:
+                    raise ValueError(f"bmc_nodes: node {node!r} is listed twice")
+                seen[node] = entry.nodes
+                if entry.credentials is None and self.credentials.source == "none":
+                    raise ValueError(
+                        f"bmc_nodes: node {node!r} has no credentials (set credentials on the "
+                        "provider or on its bmc_nodes entry)"
+                    )
+                endpoint = (
+                    entry.address.replace("{node}", node),
+                    entry.port or self.bmc_default_port,
+                    None if entry.system is None else entry.system.replace("{node}", node),
+                )
+                if endpoint in endpoints:
+                    raise ValueError(
+                        f"bmc_nodes: nodes {endpoints[endpoint]!r} and {node!r} have the same BMC "
+                        "address, port and system (use {node} in address or system)"
+                    )
+                endpoints[endpoint] = node
+
+    @property
+    def bmc_default_port(self) -> int:
+        """The BMC port of a bmc_nodes entry without one: IPMI 623, Redfish 443 or 80."""
+        if self.type == "redfish":
+            return 443 if self.redfish_scheme == "https" else 80
+        return 623
+
+    @property
+    def bmc_node_names(self) -> list[str]:
+        """Every node an ipmi/redfish provider powers, in configuration order."""
+        return [node for entry in self.bmc_nodes for node in entry.node_names]
 
     @property
     def billing(self) -> BillingRule:
         """The provider's billing rule: its type's default unless the config overrides it."""
-        increment, minimum = DEFAULT_BILLING[self.type]
+        increment, minimum = DEFAULT_BILLING.get(self.type, ONPREM_BILLING)
         return BillingRule(
             self.billing_increment_s or increment,
             minimum if self.billing_minimum_s is None else self.billing_minimum_s,
@@ -293,6 +415,12 @@ class Settings(StrictModel):
                     f"template {template.name!r}: provider {template.provider!r} is not defined "
                     f"(known: {known})"
                 )
+            if provider.type in BMC_TYPES:
+                raise ValueError(
+                    f"template {template.name!r}: provider {provider.name!r} is an on-prem power "
+                    f"provider ({provider.type}); the scaling engine does not drive on-prem nodes "
+                    "yet (docs/onprem-power.md)"
+                )
             if template.market == "spot" and provider.type in ("local", "openstack"):
                 raise ValueError(
                     f"template {template.name!r}: market 'spot' is not offered by "
@@ -310,6 +438,15 @@ class Settings(StrictModel):
                         f"node {node!r} is in both templates {owner[node]!r} and {template.name!r}"
                     )
                 owner[node] = template.name
+        powered: dict[str, str] = {}
+        for provider in self.providers:
+            for node in provider.bmc_node_names:
+                if node in powered:
+                    raise ValueError(
+                        f"node {node!r} is in bmc_nodes of both providers {powered[node]!r} "
+                        f"and {provider.name!r}"
+                    )
+                powered[node] = provider.name
         for name in self.simulate.boot_delay_s:
             if name not in {t.name for t in self.templates}:
                 raise ValueError(f"simulate.boot_delay_s names {name!r}, which is not a template")

@@ -17,8 +17,16 @@ BUILTIN = {
     "azure": "clustermgr.providers.azure:AzureProvider",
     "openstack": "clustermgr.providers.openstack:OpenStackProvider",
     "local": "clustermgr.providers.local:LocalProvider",
+    "ipmi": "clustermgr.providers.bmc.ipmi:IpmiProvider",
+    "redfish": "clustermgr.providers.bmc.redfish:RedfishProvider",
 }
-EXTRA_FOR = {"aws": "aws", "azure": "azure", "openstack": "openstack"}
+EXTRA_FOR = {
+    "aws": "aws",
+    "azure": "azure",
+    "openstack": "openstack",
+    "ipmi": "onprem",
+    "redfish": "onprem",
+}
 
 
 def provider_class(kind: str) -> ProviderFactory:
