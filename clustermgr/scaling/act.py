@@ -15,8 +15,8 @@ from clustermgr.db.models import ClusterEvent, Node
 from clustermgr.hostlists import compress
 from clustermgr.lifecycle import NodeState, transition
 from clustermgr.policy.view import ClusterView
-from clustermgr.reasons import HOLD_PREFIX, HOLD_REASON, REFUSED, Reason
-from clustermgr.scaling.actor import Actor
+from clustermgr.reasons import REFUSED, Reason
+from clustermgr.scaling.actor import HOLD_PREFIX, HOLD_REASON, Actor
 from clustermgr.scaling.clamp import LaunchOrder, Plan, StopOrder, new_request_id
 from clustermgr.scaling.observe import Snapshot
 from clustermgr.scaling.reconcile import Judgment
@@ -66,13 +66,12 @@ def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: A
         out.adopted.extend(sorted(group))
     tell = sorted(out.adopted + judgment.names(Verdict.TELL_SLURM))
     modes = {t.name: t.demand_mode for t in actor.settings.templates}
-    asleep = [
+    held = [
         n
         for n in tell
         if modes.get(snapshot.nodes[n].template or "") == "policy" and _powered_down(snapshot, n)
     ]
-    held = [n for n in tell if _held(snapshot, n)]  # bound now: the hold can go
-    actor.tell_slurm(tell, power_up=asleep, release=held)
+    actor.tell_slurm(tell, power_up=held)
     out.told = tell
     out.orphans_terminated = actor.terminate_orphans(judgment.orphans)
     if out.orphans_terminated:
@@ -167,13 +166,9 @@ def launch(
         return
     if begin:
         actor.begin_launch(order)
-    wake = to_power_up(settings, view, list(order.nodes))
-    unheld = to_hold(view, wake)
-    actor.hold(unheld)  # Slurm places no job on a node whose launch may still fail
-    actor.wake(wake)  # Slurm first: see Actor.wake
+    actor.wake(to_power_up(settings, view, list(order.nodes)))  # Slurm first: see Actor.wake
     outcome = actor.launch(order)
-    held = unheld + [n for n in order.nodes if _held_in_view(view, n)]
-    actor.tell_slurm(outcome.launched, release=held)  # the hold goes once bound
+    actor.tell_slurm(outcome.launched)
     out.launched.extend(outcome.launched)
     if not outcome.failed:
         return
@@ -195,21 +190,6 @@ def to_power_up(settings: Settings, view: ClusterView, names: list[str]) -> list
         if template is not None and not slurm_asked:
             wake.append(name)
     return wake
-
-
-def to_hold(view: ClusterView, wake: list[str]) -> list[str]:
-    """Policy-mode nodes about to be woken that Slurm does not hold yet (a slot freed since
-    the last cycle's hold): held first, so Slurm places no job on them before the launch
-    succeeded."""
-    return [
-        name
-        for name in wake
-        if (node := view.nodes.get(name)) is not None
-        and node.template in view.templates
-        and view.templates[node.template or ""].demand_mode == "policy"
-        and node.slurm is not None
-        and not node.slurm.drained
-    ]
 
 
 def fall_back(
@@ -323,16 +303,6 @@ def describe(request: HookRequest) -> str:
 
 def _slurm_not_down(judged: list[Judged]) -> list[str]:
     return [j.node for j in judged if j.slurm not in SLURM_HAS_IT_DOWN]
-
-
-def _held(snapshot: Snapshot, name: str) -> bool:
-    seen = snapshot.workload.nodes.get(name)
-    return seen is not None and seen.held
-
-
-def _held_in_view(view: ClusterView, name: str) -> bool:
-    node = view.nodes.get(name)
-    return node is not None and node.slurm is not None and node.slurm.held
 
 
 def _powered_down(snapshot: Snapshot, name: str) -> bool:

@@ -43,7 +43,6 @@ class SlurmSeen(enum.StrEnum):
     SICK_IDLE = "sick-idle"  # health-check reason, drained and idle
     POWERING_DOWN = "powering-down"
     UNTOLD = "untold"  # holds an instance whose address Slurm does not have
-    HELD = "held"  # drained by clustermgr's hold (a launch's), not powered down
     REGISTERED = "registered"  # slurmd answers: not powered down, not powering up, not DOWN
     POWERING_UP = "powering-up"  # Slurm is bringing it up for a job (or was told to)
     POWERED_DOWN = "powered-down"
@@ -115,13 +114,6 @@ SICK = _l(L.SICK_BUSY, L.SICK_IDLE)
 RULES: tuple[Rule, ...] = (
     # slots without an instance
     Rule(_s(S.POWERED_DOWN), ANY, _l(L.POWERING_UP), V.RESUME, why="a resume request we missed"),
-    Rule(
-        _s(S.POWERED_DOWN),
-        ANY,
-        _l(L.HELD),
-        V.RESUME,
-        why="powered up for a launch whose failure Slurm never heard",
-    ),
     Rule(_s(S.REQUESTED), ANY, ANY, V.RESUME, why="Slurm asked for it; the plan launches it"),
     Rule(_s(S.LAUNCHING), _c(C.UNLISTED), ANY, V.KEEP, why="cannot see the cloud: wait"),
     Rule(_s(S.LAUNCHING), _c(C.WAITING, C.ALIVE), ANY, V.ADOPT, why="launched, never bound"),
@@ -144,7 +136,6 @@ RULES: tuple[Rule, ...] = (
     Rule(_s(S.BOOTING), _c(C.UNLISTED), ANY, V.KEEP, why="cannot see the cloud: wait"),
     Rule(_s(S.BOOTING), ANY, ANY, V.BOOT_TIMEOUT, when="expired", why="never registered"),
     Rule(_s(S.BOOTING), ANY, _l(L.UNTOLD), V.TELL_SLURM, why="crashed before Slurm was told"),
-    Rule(_s(S.BOOTING), ANY, _l(L.HELD), V.TELL_SLURM, why="crashed before the hold was released"),
     Rule(
         _s(S.BOOTING),
         ANY,
@@ -214,8 +205,6 @@ def slurm_seen(seen: WorkloadNode | None, address: str | None) -> SlurmSeen:
         return SlurmSeen.POWERING_DOWN
     if address and seen.address != address:
         return SlurmSeen.UNTOLD  # even if its slurmd got through: Slurm cannot reach it
-    if seen.held and not seen.powered_down:
-        return SlurmSeen.HELD  # powering up or registered, but no job may go there yet
     if (
         seen.responding
         and not seen.powering_up

@@ -8,8 +8,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from clustermgr.reasons import is_hold
-
 
 @dataclass(frozen=True)
 class WorkloadNode:
@@ -60,11 +58,6 @@ class WorkloadNode:
     @property
     def drained(self) -> bool:
         return "DRAIN" in self.flags
-
-    @property
-    def held(self) -> bool:
-        """Drained by clustermgr's hold, not by an admin or a health check (`is_hold`)."""
-        return self.drained and is_hold(self.reason)
 
     @property
     def usable(self) -> bool:
@@ -137,9 +130,8 @@ class Workload(Protocol):
 
     def drain(self, nodes: Sequence[str], reason: str) -> None: ...
 
-    def undrain(self, nodes: Sequence[str]) -> None:
-        """Clear a drain and nothing else (the nodes become schedulable, or powered-down
-        idle; a node that is not drained is left as it is)."""
+    def resume(self, nodes: Sequence[str]) -> None:
+        """Clear a drain (the nodes become schedulable, or powered-down idle)."""
         ...
 
 

@@ -170,10 +170,8 @@ class SlurmCli:
             reason_arg(reason),
         )
 
-    def undrain(self, nodes: Sequence[str]) -> None:
-        """`state=UNDRAIN`: unlike RESUME it keeps the base state (a DOWN node stays DOWN)
-        and accepts a node that is not drained (RESUME fails: "Invalid node state")."""
-        self.update_nodes(nodes, state="UNDRAIN")
+    def resume(self, nodes: Sequence[str]) -> None:
+        self.update_nodes(nodes, state="RESUME")
 
 
 def _first_line(text: str) -> str:
