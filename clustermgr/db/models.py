@@ -159,22 +159,49 @@ class NodeEvent(Base):
 
 
 class Director(Base):
-    """A per-region cloud director: serves the software image and an LDAP replica."""
+    """A per-region cloud director: serves the software image and an LDAP replica to the
+    region's burst nodes. Its state moves like a node's, with events (directors/)."""
 
     __tablename__ = "directors"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     name: Mapped[str] = mapped_column(String(128), unique=True)
     region_id: Mapped[int] = mapped_column(ForeignKey("regions.id", ondelete="RESTRICT"))
     instance_id: Mapped[str | None] = mapped_column(String(128))
+    instance_type: Mapped[str | None] = mapped_column(String(64))
+    request_id: Mapped[str | None] = mapped_column(String(64))
     private_address: Mapped[str | None] = mapped_column(String(64))
     state: Mapped[str] = mapped_column(String(16))
-    ldap_synced_at: Mapped[datetime | None] = mapped_column()
+    state_reason: Mapped[str] = mapped_column(Text, default="", server_default="")
+    state_since: Mapped[datetime | None] = mapped_column()
+    launched_at: Mapped[datetime | None] = mapped_column()
+    healthy_at: Mapped[datetime | None] = mapped_column()  # the last health check it passed
+    health: Mapped[str] = mapped_column(Text, default="", server_default="")  # last check's line
+    idle_since: Mapped[datetime | None] = mapped_column()  # no burst node in its region since
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
+    events: Mapped[list[DirectorEvent]] = relationship(
+        back_populates="director", order_by="DirectorEvent.id", cascade="all, delete-orphan"
+    )
+
+
+class DirectorEvent(Base):
+    __tablename__ = "director_events"
+    __table_args__ = (Index("ix_director_events_director_id", "director_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    director_id: Mapped[int] = mapped_column(ForeignKey("directors.id", ondelete="CASCADE"))
+    at: Mapped[datetime] = mapped_column(default=utcnow)
+    old_state: Mapped[str] = mapped_column(String(16))
+    new_state: Mapped[str] = mapped_column(String(16))
+    reason: Mapped[str] = mapped_column(Text, default="")
+    actor: Mapped[str] = mapped_column(String(64))
+
+    director: Mapped[Director] = relationship(back_populates="events")
+
 
 class Image(Base):
-    """A node software image version (what directors replicate)."""
+    """One revision of a software image tree (what directors replicate). `version` is the
+    revision id and `checksum` the tree hash of its manifest (written at `manifest_path`)."""
 
     __tablename__ = "images"
     __table_args__ = (UniqueConstraint("name", "version"),)
@@ -183,18 +210,67 @@ class Image(Base):
     version: Mapped[str] = mapped_column(String(64))
     checksum: Mapped[str] = mapped_column(String(128))
     size_bytes: Mapped[int] = mapped_column(BigInteger)
+    file_count: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    source_path: Mapped[str] = mapped_column(Text, default="", server_default="")
+    manifest_path: Mapped[str] = mapped_column(Text, default="", server_default="")
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
 class ImageReplica(Base):
+    """One image revision on one director: synced, then verified against the manifest."""
+
     __tablename__ = "image_replicas"
     __table_args__ = (UniqueConstraint("image_id", "director_id"),)
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     image_id: Mapped[int] = mapped_column(ForeignKey("images.id", ondelete="CASCADE"))
     director_id: Mapped[int] = mapped_column(ForeignKey("directors.id", ondelete="CASCADE"))
     state: Mapped[str] = mapped_column(String(16))
-    checksum: Mapped[str | None] = mapped_column(String(128))
-    bytes_done: Mapped[int] = mapped_column(BigInteger, default=0)
+    checksum: Mapped[str | None] = mapped_column(String(128))  # tree hash found on the director
+    bytes_sent: Mapped[int] = mapped_column(BigInteger, default=0)
+    files_sent: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    sync_seconds: Mapped[float | None] = mapped_column(Float)
+    verify_seconds: Mapped[float | None] = mapped_column(Float)
+    started_at: Mapped[datetime | None] = mapped_column()
+    verified_at: Mapped[datetime | None] = mapped_column()
+    error: Mapped[str] = mapped_column(Text, default="", server_default="")
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class MachineImage(Base):
+    """A cloud machine image copied into a region in use (AWS copy_image), until available."""
+
+    __tablename__ = "machine_images"
+    __table_args__ = (UniqueConstraint("image_name", "provider_name", "region"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    image_name: Mapped[str] = mapped_column(String(128))
+    provider_name: Mapped[str] = mapped_column(String(64))
+    region: Mapped[str] = mapped_column(String(64))
+    source_image: Mapped[str] = mapped_column(String(255))
+    image_id: Mapped[str | None] = mapped_column(String(255))
+    state: Mapped[str] = mapped_column(String(16))  # pending, available, failed
+    error: Mapped[str] = mapped_column(Text, default="")
+    requested_at: Mapped[datetime] = mapped_column(default=utcnow)
+    available_at: Mapped[datetime | None] = mapped_column()
+
+
+class LdapReplica(Base):
+    """The LDAP replica on one director: its mode (syncrepl or pull) and how far behind."""
+
+    __tablename__ = "ldap_replicas"
+    __table_args__ = (UniqueConstraint("director_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    director_id: Mapped[int] = mapped_column(ForeignKey("directors.id", ondelete="CASCADE"))
+    mode: Mapped[str] = mapped_column(String(16))  # syncrepl or pull
+    state: Mapped[str] = mapped_column(String(16))  # ok, lagging, failed, unreachable
+    entries: Mapped[int] = mapped_column(Integer, default=0)
+    provider_csn: Mapped[str | None] = mapped_column(String(64))
+    replica_csn: Mapped[str | None] = mapped_column(String(64))
+    lag_seconds: Mapped[float | None] = mapped_column(Float)
+    watermark: Mapped[str | None] = mapped_column(String(32))  # pull: modifyTimestamp synced
+    last_attempt_at: Mapped[datetime | None] = mapped_column()
+    last_success_at: Mapped[datetime | None] = mapped_column()
+    last_full_at: Mapped[datetime | None] = mapped_column()
+    error: Mapped[str] = mapped_column(Text, default="")
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 

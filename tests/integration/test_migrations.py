@@ -120,7 +120,8 @@ def test_every_revision_with_rows_upgrades_to_head_keeping_them(db_url: str, sta
         database.require_current_schema()
         after = read_rows(database)
         assert_rows_survive(before, after)
-        if "node_events" in before:  # 0005 derives the reason's KIND for old events
+        if "reason_kind" not in before.get("node_events", {"reason_kind": 1}):
+            # 0005 derives the reason's KIND for old events
             assert after["node_events"][0]["reason_kind"] == "HEALTH"
     finally:
         database.dispose()
@@ -129,16 +130,20 @@ def test_every_revision_with_rows_upgrades_to_head_keeping_them(db_url: str, sta
 def test_head_downgrades_one_step_and_back_keeping_rows(db_url: str) -> None:
     database = Database(db_url)
     try:
+        _alembic(database, command.upgrade, revisions()[-2])
+        older_tables = set(read_rows(database))  # a table head added may go on the way down
         _alembic(database, command.upgrade, "head")
         before = sample_rows(database)
         _alembic(database, command.downgrade, "-1")
         assert database.current_revision() == revisions()[-2]
         middle = read_rows(database)
+        before = {t: row for t, row in before.items() if t in older_tables}
         assert_rows_survive(before, middle)
         kept = {t: {c: v for c, v in row.items() if c in middle[t][0]} for t, row in before.items()}
         _alembic(database, command.upgrade, "head")
         after = read_rows(database)
         assert_rows_survive(kept, after)
-        assert after["node_events"][0]["reason_kind"] == "HEALTH"  # derived again on the way up
+        if "reason_kind" not in middle["node_events"][0]:  # derived again on the way up
+            assert after["node_events"][0]["reason_kind"] == "HEALTH"
     finally:
         database.dispose()
