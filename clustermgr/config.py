@@ -344,6 +344,39 @@ class TemplateSettings(StrictModel):
         return len(self.node_names) if self.max_nodes is None else self.max_nodes
 
 
+class DirectorSettings(StrictModel):
+    """The cloud director of one provider's region (docs/directors.md): launched before the
+    region's first burst node, health-checked, replaced when lost, stopped when idle."""
+
+    provider: str = Field(min_length=1)
+    region: str | None = None  # the provider's region (a provider is one region); checked
+    instance_type: str = Field(min_length=1)
+    image: str = Field(min_length=1)
+    volume_size_gb: int | None = Field(None, ge=1)  # root volume; None: the image's own size
+    zones: list[str] = []
+    subnets: list[str] = []
+    security_groups: list[str] = []
+    instance_profile: str | None = None
+    key_name: str | None = None
+    network: str | None = None
+    required: bool = True  # burst nodes of the region launch only while it is READY
+    idle_stop_after_s: float | None = Field(None, gt=0)  # None: never stopped for idleness
+    boot_timeout_s: float = Field(900.0, gt=0)  # launch -> answering on its ports, or LOST
+    health_interval_s: float = Field(60.0, gt=0)  # between checks of a READY director
+    lost_after_failed_checks: int = Field(3, ge=1)  # UNHEALTHY this many intervals: LOST
+    health_ports: list[int] = Field([389, 636, 873], min_length=1)  # TCP: ldap, ldaps, rsync
+    health_timeout_s: float = Field(3.0, gt=0)  # one TCP connect
+    images: list[str] = []  # image names whose current revision must be verified on it
+    ldap: bool = False  # READY needs its LDAP replica in state "ok"
+
+    @model_validator(mode="after")
+    def _check(self) -> DirectorSettings:
+        for port in self.health_ports:
+            if not 1 <= port <= 65535:
+                raise ValueError(f"health_ports: {port} is not a TCP port (1-65535)")
+        return self
+
+
 class PolicyRef(StrictModel):
     name: str
     path: Path | None = None
@@ -397,6 +430,7 @@ class Settings(StrictModel):
     slurm: SlurmSettings = SlurmSettings()
     providers: list[ProviderSettings] = []
     templates: list[TemplateSettings] = []
+    directors: list[DirectorSettings] = []
     policy: PolicySettings = PolicySettings()
     daemon: DaemonSettings = DaemonSettings()
     simulate: SimulateSettings = SimulateSettings()
@@ -447,6 +481,7 @@ class Settings(StrictModel):
                         f"and {provider.name!r}"
                     )
                 powered[node] = provider.name
+        _check_directors(self.directors, providers, self.templates)
         for name in self.simulate.boot_delay_s:
             if name not in {t.name for t in self.templates}:
                 raise ValueError(f"simulate.boot_delay_s names {name!r}, which is not a template")
@@ -458,11 +493,47 @@ class Settings(StrictModel):
                 return provider
         raise ConfigError(f"no provider named {name!r} in the configuration")
 
+    def director(self, provider: str) -> DirectorSettings | None:
+        """The director declared for a provider's region, if any."""
+        return next((d for d in self.directors if d.provider == provider), None)
+
     def template(self, name: str) -> TemplateSettings:
         for template in self.templates:
             if template.name == name:
                 return template
         raise ConfigError(f"no template named {name!r} in the configuration")
+
+
+def _check_directors(
+    directors: list[DirectorSettings],
+    providers: dict[str, ProviderSettings],
+    templates: list[TemplateSettings],
+) -> None:
+    """A director per provider at most, for a cloud provider whose region has templates."""
+    seen: set[str] = set()
+    for index, director in enumerate(directors):
+        where = f"directors[{index}:{director.provider}]"
+        provider = providers.get(director.provider)
+        if provider is None:
+            known = ", ".join(providers) or "none defined"
+            raise ValueError(
+                f"{where}: provider {director.provider!r} is not defined (known: {known})"
+            )
+        if provider.type in BMC_TYPES:
+            raise ValueError(f"{where}: provider {provider.name!r} is on-prem; it has no director")
+        if director.region is not None and director.region != provider.region:
+            raise ValueError(
+                f"{where}: region {director.region!r} is not provider {provider.name!r}'s "
+                f"region {provider.region!r} (a provider is one region; leave region out)"
+            )
+        if provider.name in seen:
+            raise ValueError(f"{where}: a second director for provider {provider.name!r}")
+        seen.add(provider.name)
+        if not any(t.provider == provider.name for t in templates):
+            raise ValueError(
+                f"{where}: no template uses provider {provider.name!r}, so region "
+                f"{provider.region!r} has no burst nodes to serve (add a template or remove it)"
+            )
 
 
 def _unique(table: str, names: list[str]) -> None:

@@ -1,7 +1,8 @@
 """The cm-scale service: APScheduler jobs, leadership, signals, heartbeat, sd_notify.
 
 - `scale` runs the full cycle every [daemon] interval_s, earlier when a hook pokes the
-  socket; `reconcile` runs observe + reconcile only; `catalog` refreshes instance types.
+  socket, then the director lifecycle's pass (with the cycle's demand; [[directors]]);
+  `reconcile` runs observe + reconcile only; `catalog` refreshes instance types.
   Jobs never overlap (one lock), so SIGTERM waits for the step in progress and exits:
   a plan is never left half-applied.
 - Only the leader acts. The lock is re-checked before every act step (Engine.guard).
@@ -30,6 +31,8 @@ from clustermgr import sdnotify
 from clustermgr.config import Settings, load_settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import DaemonStatus, Node
+from clustermgr.directors.health import PortsAndReplicas
+from clustermgr.directors.lifecycle import DirectorLifecycle
 from clustermgr.errors import ClusterMgrError, ErrorKind
 from clustermgr.exposure import exposed_secret_files
 from clustermgr.leader import LeaderLock, make_lock
@@ -199,6 +202,8 @@ class Daemon:
                 return
             self.engine.guard = self.lock.still_leader
             report = self.engine.cycle(decide=decide)
+            if decide and self.settings.directors and self.lock.still_leader():
+                report.directors = self.run_directors(report)
             self.last_report = report
             self.metrics.observe_cycle(report)
             self._observe_nodes()
@@ -210,6 +215,24 @@ class Daemon:
             )
             sdnotify.status(f"{self.role}: {report.summary()}")
         self.heartbeat()
+
+    def run_directors(self, report: CycleReport) -> str:
+        """The director lifecycle's pass, after the cycle (it reads the cycle's demand)."""
+        lifecycle = DirectorLifecycle(
+            self.settings,
+            self.db,
+            self.engine.provider,
+            PortsAndReplicas(self.settings, self.db),
+            actor=self.actor,
+        )
+        try:
+            done = lifecycle.run(report.demand)
+        except ClusterMgrError as exc:
+            log.warning("director pass failed: %s", exc)
+            return f"failed: {exc}"
+        for line in done.moves + done.errors:
+            log.info("director %s", line)
+        return done.summary()
 
     def catalog_job(self) -> None:
         from clustermgr.catalog import store_catalog

@@ -19,6 +19,7 @@ SUBCOMMANDS = {
     "completion": "clustermgr.cli.completion_cmd:completion",
     "config": "clustermgr.cli.config_cmd:config",
     "db": "clustermgr.cli.db_cmd:db",
+    "directors": "clustermgr.cli.directors_cmd:directors",
     "events": "clustermgr.cli.nodes_cmd:events",
     "health-check": "clustermgr.cli.health_cmd:health_check",
     "nodes": "clustermgr.cli.nodes_cmd:nodes",

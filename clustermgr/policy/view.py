@@ -32,6 +32,14 @@ class TemplateView:
     prices: Mapping[str, Price] = field(default_factory=dict)
     billing: BillingRule = field(default_factory=BillingRule)
     protected: str | None = None  # (Code:PROTECTED) reason: the engine launches none now
+    # (Code:DIRECTOR) reason: its region's director is not READY yet, so the engine launches
+    # none now (the nodes stay held, the jobs pending); a policy may ask another region
+    waiting: str | None = None
+
+    @property
+    def blocked(self) -> str | None:
+        """Why the engine launches none of this template now, if it does not."""
+        return self.protected or self.waiting
 
     def hourly_price(self, market: str | None = None, instance_type: str | None = None) -> float:
         """$/hour of one node (first instance type unless named); 0 when no price is set."""

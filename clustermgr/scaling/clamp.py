@@ -1,7 +1,9 @@
 """clamp(decision) -> Plan: the policies' wishes cut to what may and can happen.
 
-Limits applied, in order: the Slurm node slots that exist and are powered down, the
-template's max_nodes, the provider's max_instances. Every cut is noted in the plan.
+Limits applied, in order: a template that may not launch now (protected mode, or its
+region's director is not READY: refused with that reason), the Slurm node slots that exist
+and are powered down, the template's max_nodes, the provider's max_instances. Every cut is
+noted in the plan.
 """
 
 from __future__ import annotations
@@ -74,8 +76,8 @@ def clamp(decision: ScaleDecision, view: ClusterView, settings: Settings) -> Pla
         if launch.count <= 0 and not launch.nodes:
             continue
         template = view.templates[launch.template]
-        if template.protected:
-            plan.refusals.append(Refusal(template.name, template.protected, launch.jobs))
+        if template.blocked:  # protected mode, or waiting for the region's director
+            plan.refusals.append(Refusal(template.name, template.blocked, launch.jobs))
             continue
         nodes = _pick_nodes(launch, view, taken)
         room = (

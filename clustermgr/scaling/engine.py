@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 from clustermgr.config import Settings
 from clustermgr.db.engine import Database
+from clustermgr.directors.gate import read_gate
 from clustermgr.errors import ClusterMgrError, ProviderError, WorkloadError
 from clustermgr.lifecycle import NodeState
 from clustermgr.policy.chain import PolicyRunner
@@ -29,6 +30,7 @@ from clustermgr.scaling import act
 from clustermgr.scaling.accounting import account_jobs
 from clustermgr.scaling.actor import Actor
 from clustermgr.scaling.clamp import Plan, clamp
+from clustermgr.scaling.directors import providers_in_demand, waiting_summary, with_waits
 from clustermgr.scaling.observe import Snapshot, month_spend, read_nodes, recent_failures
 from clustermgr.scaling.projection import build_view
 from clustermgr.scaling.protection import template_health
@@ -51,6 +53,7 @@ class CycleReport:
     acted: act.ActReport = field(default_factory=act.ActReport)
     provider_errors: dict[str, str] = field(default_factory=dict)
     view: ClusterView | None = None
+    directors: str = ""  # what the director lifecycle did after the cycle, if anything
 
     @property
     def launched(self) -> list[str]:
@@ -77,7 +80,15 @@ class CycleReport:
         unfit = sum(len(f.jobs) for f in self.plan.jobs if f.status == "unfit") if self.plan else 0
         if unfit:
             parts.append(f"{unfit} pending jobs fit no template (clustermgr policy dry-run)")
+        parts += waiting_summary(self.view)
+        if self.directors:
+            parts.append(f"directors: {self.directors}")
         return ", ".join(parts)
+
+    @property
+    def demand(self) -> frozenset[str]:
+        """Providers whose region has burst demand (what the director lifecycle serves)."""
+        return providers_in_demand(self.view, self.plan) if self.view is not None else frozenset()
 
 
 class Engine:
@@ -141,6 +152,7 @@ class Engine:
             failures = recent_failures(session, now)
             spend = month_spend(session, now)
             health = template_health(session, self.settings, now)
+            gate = read_gate(session, self.settings)
         return Snapshot(
             now=now,
             workload=workload,
@@ -151,6 +163,8 @@ class Engine:
             failures=failures,
             month_spend=spend,
             protected={h.template: h.protected for h in health if h.protected},
+            director_waits=gate.waiting,
+            director_instances=gate.instances,
         )
 
     def _cycle(self, report: CycleReport, dry_run: bool, decide: bool) -> None:
@@ -163,7 +177,7 @@ class Engine:
     ) -> None:
         judgment = reconcile(self.settings, snapshot, self.settings.daemon.orphan_grace_s)
         report.judgment = judgment
-        view = build_view(self.settings, snapshot, judgment)
+        view = with_waits(build_view(self.settings, snapshot, judgment), snapshot.director_waits)
         plan = Plan()
         if decide:
             view = view.with_proposed(initial_decision(view))

@@ -57,6 +57,9 @@ class Snapshot:
     failures: Sequence[LaunchFailure] = ()
     month_spend: float = 0.0
     protected: Mapping[str, str] = field(default_factory=dict)  # template -> PROTECTED reason
+    # template -> (Code:DIRECTOR) reason while its region's required director is not READY
+    director_waits: Mapping[str, str] = field(default_factory=dict)
+    director_instances: frozenset[str] = frozenset()  # instance ids director rows hold
 
 
 def read_nodes(session: Session) -> dict[str, NodeRecord]:

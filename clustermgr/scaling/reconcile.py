@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from clustermgr.config import Settings, TemplateSettings
+from clustermgr.directors.lifecycle import is_director
 from clustermgr.lifecycle import NodeState
 from clustermgr.providers.base import TAG_NODE, CloudInstance, InstanceState
 from clustermgr.reasons import BOOT_TIMEOUT, RESUME_TIMEOUT, VANISHED, Reason
@@ -92,6 +93,7 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
     for judged in judgment.having(Verdict.RESUME):
         judgment.resume_requests.setdefault(judged.node, ())
     inflight = set(judgment.relaunch)
+    bound |= snapshot.director_instances  # a director's instance is the directors' business
     judgment.orphans = orphans(snapshot, bound, inflight, orphan_grace_s)
     return judgment
 
@@ -271,11 +273,14 @@ def orphans(
     snapshot: Snapshot, bound: set[str], inflight: set[str], grace_s: float
 ) -> dict[str, list[str]]:
     """Instances tagged as ours that no node holds, older than the grace period (an unbound
-    instance in ERROR is junk that may still cost money; one being relaunched is not)."""
+    instance in ERROR is junk that may still cost money; one being relaunched is not).
+    Director instances (tagged so) are never node orphans: the director lifecycle owns them."""
     found: dict[str, list[str]] = {}
     for provider, listing in sorted(snapshot.instances.items()):
         for instance in listing.values():
             if instance.instance_id in bound or instance.state is InstanceState.TERMINATED:
+                continue
+            if is_director(instance):
                 continue
             if instance.request_id in inflight:
                 continue
