@@ -1,0 +1,152 @@
+"""A local provider instance that plays a cloud director: a real `slapd` (an empty replica
+for the LDAP replication to fill, with a cn=config admin so syncrepl can be configured) and
+an `rsync --daemon` serving the image tree, in the instance's network namespace, instead of
+slurmd.
+
+The launch spec says which: `tags["clustermgr-role"] == "director"` (directors/lifecycle.py
+sets it). Its user data is a small TOML document (`#clustermgr-director` on the first line)
+with the facts the director needs; secrets travel as file paths, never as values:
+
+    #clustermgr-director
+    suffix = "dc=example,dc=org"
+    admin_dn = "cn=admin,dc=example,dc=org"     # default: cn=admin,<suffix>
+    password_file = "/etc/clustermgr/director-ldap.secret"   # rootpw of both databases
+    image_root = "/var/lib/clustermgr/director/image"        # rsync module "image"
+
+The instance's files (slapd.d, its database, rsyncd.conf) live in `workdir`, which the
+provider removes with the instance.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from clustermgr.providers.base import LaunchSpec, invalid
+from clustermgr.providers.local.errors import NetError
+from clustermgr.providers.local.net import NETNS_DIR, TOOL_PATH, netns_name, start_time, tool
+
+DIRECTOR_MARK = "#clustermgr-director"
+TAG_ROLE = "clustermgr-role"
+ROLE_DIRECTOR = "director"
+RSYNC_MODULE = "image"
+SCHEMA_DIR = Path("/etc/ldap/schema")
+SCHEMAS = ("core", "cosine", "nis", "inetorgperson")
+MODULE_DIR = Path("/usr/lib/ldap")
+CONFIG_ADMIN = "cn=admin,cn=config"
+# slapd and rsync in the namespace; the shell waits for both, so stopping it stops them.
+DIRECTOR_SCRIPT = (
+    'exec "$0" --fork --kill-child "$1" "--net=$2" /bin/sh -c '
+    '\'"$0" -d 0 -F "$1" -h "ldap:///" & "$2" --daemon --no-detach "--config=$3" & wait\' '
+    '"$3" "$4" "$5" "$6"'
+)
+
+
+@dataclass(frozen=True)
+class DirectorBoot:
+    suffix: str
+    admin_dn: str
+    password_file: Path
+    image_root: Path
+
+
+def is_director_spec(spec: LaunchSpec) -> bool:
+    return spec.tags.get(TAG_ROLE) == ROLE_DIRECTOR
+
+
+def parse_boot(spec: LaunchSpec) -> DirectorBoot:
+    """The director's facts from its user data; ProviderError(INVALID) naming what is wrong."""
+    user_data = spec.user_data
+    if not user_data.startswith(DIRECTOR_MARK):
+        why = f"must start with {DIRECTOR_MARK!r} (a director's facts, see director.py)"
+        raise invalid("local", spec.template, "user_data", user_data[:40], why)
+    try:
+        data = tomllib.loads(user_data)
+        suffix = str(data["suffix"])
+        boot = DirectorBoot(
+            suffix=suffix,
+            admin_dn=str(data.get("admin_dn") or f"cn=admin,{suffix}"),
+            password_file=Path(str(data["password_file"])),
+            image_root=Path(str(data["image_root"])),
+        )
+    except (tomllib.TOMLDecodeError, KeyError) as exc:
+        why = f"not a director's facts: {exc}"
+        raise invalid("local", spec.template, "user_data", user_data[:40], why) from None
+    return boot
+
+
+def write_configs(workdir: Path, boot: DirectorBoot) -> tuple[Path, Path]:
+    """slapd's cn=config directory (built by slaptest) and rsyncd.conf, under `workdir`."""
+    password = boot.password_file.read_text().splitlines()[0].strip()
+    (workdir / "data").mkdir(parents=True, exist_ok=True)
+    boot.image_root.mkdir(parents=True, exist_ok=True)
+    includes = "\n".join(f"include {SCHEMA_DIR / name}.schema" for name in SCHEMAS)
+    conf = workdir / "slapd.conf"
+    conf.write_text(
+        f"{includes}\nmodulepath {MODULE_DIR}\nmoduleload back_mdb\nmoduleload syncprov\n"
+        f"pidfile {workdir}/slapd.pid\nargsfile {workdir}/slapd.args\n\n"
+        f'database config\nrootdn "{CONFIG_ADMIN}"\nrootpw {password}\n\n'
+        f'database mdb\nsuffix "{boot.suffix}"\nrootdn "{boot.admin_dn}"\nrootpw {password}\n'
+        f"directory {workdir}/data\nmaxsize 1073741824\nindex objectClass eq\n"
+        "index entryCSN,entryUUID eq\n"
+    )
+    conf.chmod(0o600)
+    config_dir = workdir / "slapd.d"
+    shutil.rmtree(config_dir, ignore_errors=True)
+    config_dir.mkdir()
+    # an empty slapadd creates the (empty) database, which slaptest opens to convert
+    for argv in (
+        [tool("slapadd") or "/usr/sbin/slapadd", "-q", "-f", str(conf), "-l", os.devnull],
+        [tool("slaptest") or "/usr/sbin/slaptest", "-f", str(conf), "-F", str(config_dir)],
+    ):
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=30, check=False)
+        if done.returncode != 0:
+            conf.unlink()
+            why = f"{Path(argv[0]).name} failed: {done.stderr.strip()[-300:]}"
+            raise NetError(why, code="SpawnFailed")
+    conf.unlink()
+    rsyncd = workdir / "rsyncd.conf"
+    rsyncd.write_text(
+        f"pid file = {workdir}/rsyncd.pid\nuse chroot = no\nuid = root\ngid = root\n"
+        "reverse lookup = no\n\n"
+        f"[{RSYNC_MODULE}]\npath = {boot.image_root}\nread only = no\n"
+    )
+    return config_dir, rsyncd
+
+
+def spawn_director(
+    instance_id: str, boot: DirectorBoot, workdir: Path, log_path: Path
+) -> tuple[int, int | None]:
+    """slapd + rsync daemon in the instance's namespace, in a new session, detached:
+    (pid, start time) of the session leader, as `net.spawn_slurmd` returns."""
+    config_dir, rsyncd = write_configs(workdir, boot)
+    argv = [
+        "/bin/sh",
+        "-c",
+        DIRECTOR_SCRIPT,
+        tool("unshare") or "/usr/bin/unshare",
+        tool("nsenter") or "/usr/bin/nsenter",
+        str(NETNS_DIR / netns_name(instance_id)),
+        tool("slapd") or "/usr/sbin/slapd",
+        str(config_dir),
+        tool("rsync") or "/usr/bin/rsync",
+        str(rsyncd),
+    ]
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    actions = [
+        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+        (os.POSIX_SPAWN_OPEN, 1, str(log_path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644),
+        (os.POSIX_SPAWN_DUP2, 1, 2),
+    ]
+    env = {"PATH": TOOL_PATH, "LANG": "C.UTF-8"}
+    try:
+        pid = os.posix_spawn(argv[0], argv, env, file_actions=actions, setsid=True)
+    except OSError as exc:
+        raise NetError(
+            f"cannot start the director {instance_id}: {exc}", code="SpawnFailed"
+        ) from None
+    return pid, start_time(pid)
