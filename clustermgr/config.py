@@ -424,6 +424,95 @@ class SimulateSettings(StrictModel):
     options: dict[str, dict[str, Any]] = {}
 
 
+LdapTls = Literal["none", "starttls", "ldaps"]
+LDAP_PASSWORD_SOURCES = {"password_file", "password_env"}
+
+
+def _check_ldap_password(creds: Credentials, where: str) -> None:
+    """An LDAP bind password comes from a file (its first line) or an environment variable."""
+    if creds.source not in LDAP_PASSWORD_SOURCES:
+        raise ValueError(f"{where}: credentials.source must be password_file or password_env")
+    if creds.source == "password_file" and not creds.secret_file:
+        raise ValueError(
+            f"{where}: credentials.source 'password_file' needs credentials.secret_file"
+        )
+    if creds.source == "password_env" and not creds.secret_env:
+        raise ValueError(f"{where}: credentials.source 'password_env' needs credentials.secret_env")
+
+
+def _check_ldap_tls(uri: str | None, tls: LdapTls, ca_file: Path | None, where: str) -> None:
+    if uri is not None and not uri.startswith(("ldap://", "ldaps://")):
+        raise ValueError(f"{where}: uri must start with ldap:// or ldaps:// (got {uri!r})")
+    if uri is not None and uri.startswith("ldaps://") != (tls == "ldaps"):
+        raise ValueError(f"{where}: an ldaps:// uri goes with tls = 'ldaps', and only it")
+    if tls == "none" and ca_file is not None:
+        raise ValueError(f"{where}: ca_file is set but tls is 'none'")
+
+
+class LdapHeadSettings(StrictModel):
+    """The head node's directory: where to read it, as whom (the password never here)."""
+
+    uri: str = Field(min_length=1)  # ldap://head:389 or ldaps://head:636
+    bind_dn: str = Field(min_length=1)
+    credentials: Credentials = Credentials(source="password_file")
+    tls: LdapTls = "none"
+    ca_file: Path | None = None  # the CA that signed the head's certificate
+
+    @model_validator(mode="after")
+    def _check(self) -> LdapHeadSettings:
+        _check_ldap_password(self.credentials, "ldap.head")
+        _check_ldap_tls(self.uri, self.tls, self.ca_file, "ldap.head")
+        return self
+
+
+class LdapReplicaSettings(StrictModel):
+    """The slapd on every director: its port and the DN that writes its cn=config (syncrepl)
+    or its data (pull). The director's private address comes from the database."""
+
+    port: int = Field(389, ge=1, le=65535)
+    admin_dn: str = Field(min_length=1)
+    credentials: Credentials = Credentials(source="password_file")
+    tls: LdapTls = "none"
+    ca_file: Path | None = None
+
+    @model_validator(mode="after")
+    def _check(self) -> LdapReplicaSettings:
+        _check_ldap_password(self.credentials, "ldap.replica")
+        _check_ldap_tls(None, self.tls, self.ca_file, "ldap.replica")
+        return self
+
+
+class LdapSettings(StrictModel):
+    """LDAP replication to the directors: OpenLDAP syncrepl where the head offers it, a pull
+    sync otherwise (docs/directors.md)."""
+
+    mode: Literal["syncrepl", "pull", "auto"] = "auto"
+    suffix: str = Field(min_length=1)  # the head's naming context, also the replica's
+    bases: list[str] = Field(min_length=1)  # users, groups, sudo, automount subtrees
+    head: LdapHeadSettings
+    replica: LdapReplicaSettings
+    max_lag_s: float = Field(300.0, gt=0)  # syncrepl: re-seed a replica further behind
+    # syncrepl: the consumer's retry schedule, "interval count" pairs, "+" for forever
+    syncrepl_retry: str = Field("5 +", pattern=r"^\d+ (\d+|\+)( \d+ (\d+|\+))*$")
+    page_size: int = Field(500, ge=1, le=100000)
+    timeout_s: float = Field(10.0, gt=0)  # one connection or operation
+    retries: int = Field(3, ge=1, le=20)  # attempts to reach a server before "unreachable"
+
+    @model_validator(mode="after")
+    def _check(self) -> LdapSettings:
+        suffix = _dn_key(self.suffix)
+        for base in self.bases:
+            key = _dn_key(base)
+            if key != suffix and not key.endswith("," + suffix):
+                raise ValueError(f"ldap.bases: {base!r} is not under suffix {self.suffix!r}")
+        return self
+
+
+def _dn_key(dn: str) -> str:
+    """A DN compared loosely: lower case, no blanks around the separators."""
+    return ",".join(part.strip() for part in dn.lower().split(","))
+
+
 class Settings(StrictModel):
     cluster: ClusterSettings = ClusterSettings()
     database: DatabaseSettings = DatabaseSettings()
@@ -434,6 +523,7 @@ class Settings(StrictModel):
     policy: PolicySettings = PolicySettings()
     daemon: DaemonSettings = DaemonSettings()
     simulate: SimulateSettings = SimulateSettings()
+    ldap: LdapSettings | None = None  # LDAP replication to the directors; None: off
 
     @model_validator(mode="after")
     def _cross_references(self) -> Settings:
