@@ -401,6 +401,21 @@ class DaemonSettings(StrictModel):
     protect_backoff_s: float = Field(1800.0, ge=0)
 
 
+class ImagesSettings(StrictModel):
+    """Software image definitions and their replication to the cloud directors
+    (docs/directors.md, "Images and replication")."""
+
+    definitions_dir: Path | None = None  # default: the images/ shipped with clustermgr
+    rsync_port: int = Field(873, ge=1, le=65535)  # every director's rsync daemon
+    rsync_module: str = Field("clustermgr-images", pattern=NAME_PATTERN)
+    # director name -> where its copy goes instead: a directory, or rsync://HOST:PORT/MODULE
+    targets: dict[str, str] = {}
+    acls: bool = True  # rsync -A (the director's filesystem must support POSIX ACLs)
+    xattrs: bool = True  # rsync -X
+    timeout_s: float = Field(3600.0, gt=0)  # one rsync run, then it is stopped
+    sync_interval_s: float = Field(900.0, gt=0)  # cm-scale's scheduled sync_all
+
+
 class SimulateSettings(StrictModel):
     """`clustermgr simulate` only: the modelled on-prem partition and cloud behaviour."""
 
@@ -524,6 +539,7 @@ class Settings(StrictModel):
     daemon: DaemonSettings = DaemonSettings()
     simulate: SimulateSettings = SimulateSettings()
     ldap: LdapSettings | None = None  # LDAP replication to the directors; None: off
+    images: ImagesSettings = ImagesSettings()
 
     @model_validator(mode="after")
     def _cross_references(self) -> Settings:

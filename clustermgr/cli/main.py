@@ -22,6 +22,7 @@ SUBCOMMANDS = {
     "directors": "clustermgr.cli.directors_cmd:directors",
     "events": "clustermgr.cli.nodes_cmd:events",
     "health-check": "clustermgr.cli.health_cmd:health_check",
+    "images": "clustermgr.cli.images_cmd:images",
     "ldap": "clustermgr.cli.ldap_cmd:ldap",
     "nodes": "clustermgr.cli.nodes_cmd:nodes",
     "policy": "clustermgr.cli.policy_cmd:policy",
