@@ -19,6 +19,11 @@ REFUSED = "REFUSED"
 RESUME_TIMEOUT = "RESUME_TIMEOUT"
 VANISHED = "VANISHED"
 
+# The drain clustermgr sets to hold a slot out of Slurm's scheduling: every such reason
+# starts with HOLD_PREFIX (a drain set by anyone else does not).
+HOLD_PREFIX = "clustermgr: "
+HOLD_REASON = f"{HOLD_PREFIX}held until a policy launches it"
+
 _CODED = re.compile(r"^\(Code:(?P<kind>[A-Z][A-Z0-9_]*)\)\s?(?P<detail>.*)$", re.DOTALL)
 MAX_LENGTH = 200  # Slurm keeps reasons short; scontrol quoting limits us further anyway
 
@@ -47,3 +52,10 @@ def kind_of(text: str | None) -> str | None:
 
 def has_kind(text: str | None, kind: str) -> bool:
     return kind_of(text) == kind
+
+
+def is_hold(text: str | None) -> bool:
+    """A drain reason of clustermgr's hold. An empty one counts too: slurmctld clears a
+    drained node's reason when it starts powering it up (as it does for a held node being
+    launched), while a drain set by anyone else always carries a reason."""
+    return not text or text.startswith(HOLD_PREFIX)

@@ -15,8 +15,8 @@ from clustermgr.db.models import ClusterEvent, Node
 from clustermgr.hostlists import compress
 from clustermgr.lifecycle import NodeState, transition
 from clustermgr.policy.view import ClusterView
-from clustermgr.reasons import REFUSED, Reason
-from clustermgr.scaling.actor import HOLD_PREFIX, HOLD_REASON, Actor
+from clustermgr.reasons import HOLD_PREFIX, HOLD_REASON, REFUSED, Reason
+from clustermgr.scaling.actor import Actor
 from clustermgr.scaling.clamp import LaunchOrder, Plan, StopOrder, new_request_id
 from clustermgr.scaling.observe import Snapshot
 from clustermgr.scaling.reconcile import Judgment
@@ -52,6 +52,8 @@ def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: A
     stops = judgment.having(Verdict.STOP)
     actor.stop([StopOrder(j.node, j.reason) for j in stops])
     out.stopped.extend(j.node for j in stops)
+    unowned = judgment.having(Verdict.POWER_DOWN)
+    actor.put_down({j.node: hold_reason(_stored_reason(snapshot, j, "")) for j in unowned})
     finish_stop = judgment.having(Verdict.FINISH_STOP)
     stored = {j.node: _stored_reason(snapshot, j) for j in finish_stop}
     actor.finish_stopping(stored, tell_slurm=_slurm_not_down(finish_stop))
@@ -66,12 +68,13 @@ def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: A
         out.adopted.extend(sorted(group))
     tell = sorted(out.adopted + judgment.names(Verdict.TELL_SLURM))
     modes = {t.name: t.demand_mode for t in actor.settings.templates}
-    held = [
+    asleep = [
         n
         for n in tell
         if modes.get(snapshot.nodes[n].template or "") == "policy" and _powered_down(snapshot, n)
     ]
-    actor.tell_slurm(tell, power_up=held)
+    held = [n for n in tell if _held(snapshot, n)]  # bound now: the hold can go
+    actor.tell_slurm(tell, power_up=asleep, release=held)
     out.told = tell
     out.orphans_terminated = actor.terminate_orphans(judgment.orphans)
     if out.orphans_terminated:
@@ -166,9 +169,13 @@ def launch(
         return
     if begin:
         actor.begin_launch(order)
-    actor.wake(to_power_up(settings, view, list(order.nodes)))  # Slurm first: see Actor.wake
+    wake = to_power_up(settings, view, list(order.nodes))
+    unheld = to_hold(view, wake)
+    actor.hold(unheld)  # Slurm places no job on a node whose launch may still fail
+    actor.wake(wake)  # Slurm first: see Actor.wake
     outcome = actor.launch(order)
-    actor.tell_slurm(outcome.launched)
+    held = unheld + [n for n in order.nodes if _held_in_view(view, n)]
+    actor.tell_slurm(outcome.launched, release=held)  # the hold goes once bound
     out.launched.extend(outcome.launched)
     if not outcome.failed:
         return
@@ -186,10 +193,25 @@ def to_power_up(settings: Settings, view: ClusterView, names: list[str]) -> list
     for name in names:
         node = view.nodes.get(name)
         template = settings.template(node.template or "") if node else None
-        slurm_asked = node is not None and node.slurm is not None and node.slurm.powering_up
+        slurm_asked = node is not None and node.slurm is not None and node.slurm.power_up_asked
         if template is not None and not slurm_asked:
             wake.append(name)
     return wake
+
+
+def to_hold(view: ClusterView, wake: list[str]) -> list[str]:
+    """Policy-mode nodes about to be woken that Slurm does not hold yet (a slot freed since
+    the last cycle's hold): held first, so Slurm places no job on them before the launch
+    succeeded."""
+    return [
+        name
+        for name in wake
+        if (node := view.nodes.get(name)) is not None
+        and node.template in view.templates
+        and view.templates[node.template or ""].demand_mode == "policy"
+        and node.slurm is not None
+        and not node.slurm.drained
+    ]
 
 
 def fall_back(
@@ -305,10 +327,20 @@ def _slurm_not_down(judged: list[Judged]) -> list[str]:
     return [j.node for j in judged if j.slurm not in SLURM_HAS_IT_DOWN]
 
 
+def _held(snapshot: Snapshot, name: str) -> bool:
+    seen = snapshot.workload.nodes.get(name)
+    return seen is not None and seen.held
+
+
+def _held_in_view(view: ClusterView, name: str) -> bool:
+    node = view.nodes.get(name)
+    return node is not None and node.slurm is not None and node.slurm.held
+
+
 def _powered_down(snapshot: Snapshot, name: str) -> bool:
     seen = snapshot.workload.nodes.get(name)
-    return seen is not None and seen.powered_down and not seen.powering_up
+    return seen is not None and seen.powered_down and not seen.power_up_asked
 
 
-def _stored_reason(snapshot: Snapshot, judged: Judged) -> str:
-    return snapshot.nodes[judged.node].state_reason or "stopping"
+def _stored_reason(snapshot: Snapshot, judged: Judged, default: str = "stopping") -> str:
+    return snapshot.nodes[judged.node].state_reason or default

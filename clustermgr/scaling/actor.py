@@ -25,12 +25,11 @@ from clustermgr.errors import ErrorKind, ProviderError, WorkloadError
 from clustermgr.lifecycle import NodeState, transition
 from clustermgr.pricing import BillingRule, price_of
 from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
+from clustermgr.reasons import HOLD_REASON
 from clustermgr.scaling.clamp import LaunchOrder, StopOrder
 from clustermgr.workload.base import Workload
 
 log = logging.getLogger(__name__)
-HOLD_PREFIX = "clustermgr: "  # the reason of every drain clustermgr sets to hold a slot
-HOLD_REASON = f"{HOLD_PREFIX}held until a policy launches it"
 
 
 @dataclass
@@ -158,21 +157,29 @@ class Actor:
                 bind_instance(session, node, instance, template.name, now, self.actor, hourly)
 
     def wake(self, names: Sequence[str]) -> None:
-        """Release the policy-mode hold and ask Slurm to power the nodes up, before their
-        instances exist: slurmctld ends POWERING_UP only on a registration whose boot is
-        later than its power-up request, so a node booted before it would never join."""
+        """Ask Slurm to power the nodes up before their instances exist: slurmctld ends
+        POWERING_UP only on a registration whose boot is later than its power-up request,
+        so a node booted before it would never join. A held node stays drained meanwhile,
+        so Slurm places no job on it until `release` (after the cloud accepted the launch):
+        a launch that fails then has no job to requeue."""
         if not names:
             return
-        self._slurm_quietly(self.workload.resume, names)  # the hold, if any
         try:
             self.workload.power_up(sorted(names))
         except WorkloadError as exc:  # already powering up: Slurm allocated them itself
             log.info("power up %s: %s", sorted(names), exc)
 
-    def tell_slurm(self, launched: Sequence[str], power_up: Collection[str] = ()) -> None:
-        """Addresses first (batched), then wake the `power_up` nodes: ones whose instance
-        runs while Slurm still holds them (adopted after a crash, or launched by a version
-        that woke nodes after the launch)."""
+    def tell_slurm(
+        self,
+        launched: Sequence[str],
+        power_up: Collection[str] = (),
+        release: Collection[str] = (),
+    ) -> None:
+        """Addresses first (batched), then wake the `power_up` nodes (ones whose instance
+        runs while Slurm still has them powered down: adopted after a crash, or launched by
+        a version that woke nodes after the launch), then release the hold of the `release`
+        nodes: their instances exist and are bound, so Slurm may place jobs on them now.
+        A node whose address Slurm was not told stays held: the next cycle tells again."""
         if not launched:
             return
         with self.db.session() as session:
@@ -181,11 +188,15 @@ class Actor:
                 for n in self._nodes(session, launched)
                 if n.private_address
             }
+        told = True
         try:
             self.workload.set_addresses(addresses)
         except WorkloadError as exc:  # the nodes stay `untold`: the next cycle tells again
             log.warning("Slurm was not told the addresses of %s: %s", sorted(addresses), exc)
+            told = False
         self.wake(sorted(set(power_up) & set(launched)))
+        if told:
+            self.release(sorted(set(release) & set(launched)))
 
     # --- failing and stopping -------------------------------------------------------------
 
@@ -253,6 +264,13 @@ class Actor:
                 release_instance(session, node, now, self._billing(node))
                 transition(node, NodeState.POWERED_DOWN, node.state_reason, self.actor, now=now)
 
+    def put_down(self, reasons: Mapping[str, str]) -> None:
+        """Power down in Slurm the slots it powers up that no launch owns (their rows are
+        POWERED_DOWN already); `reasons` keep them held, with their last failure shown."""
+        for reason, names in sorted(_group(reasons).items()):
+            log.info("powering %s down again: Slurm powered them up, no launch owns them", names)
+            self._slurm_quietly(self.workload.power_down, names, reason, force=True)
+
     def terminate_orphans(self, orphans: Mapping[str, Sequence[str]]) -> list[str]:
         done: list[str] = []
         for provider_name, ids in sorted(orphans.items()):
@@ -282,9 +300,10 @@ class Actor:
             self._slurm_quietly(self.workload.drain, names, reason)
 
     def release(self, names: Sequence[str]) -> None:
-        """Undo `hold`: clear the drain so Slurm may resume the nodes itself."""
+        """Undo `hold`: clear the drain, so Slurm may place jobs on the nodes (or, powered
+        down, resume them itself)."""
         if names:
-            self._slurm_quietly(self.workload.resume, names)
+            self._slurm_quietly(self.workload.undrain, names)
 
     def _slurm_quietly(
         self, action: Callable[..., None], names: Sequence[str], *args: object, **kwargs: object

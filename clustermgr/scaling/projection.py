@@ -23,7 +23,7 @@ PROJECTED = {
     Verdict.REGISTER: NodeState.UP,
     Verdict.DRAIN: NodeState.DRAINING,
 }
-SETTLING = FAILING | FINISHING | {Verdict.STOP}
+SETTLING = FAILING | FINISHING | {Verdict.STOP, Verdict.POWER_DOWN}
 
 
 def build_view(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> ClusterView:

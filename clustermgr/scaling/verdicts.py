@@ -6,9 +6,14 @@ row (a unit test enumerates them, and docs/architecture.md prints the table). A 
 any point of a cycle leaves the node in a row whose verdict finishes the interrupted work,
 so a restarted daemon converges within one reconcile cycle.
 
-Two rows depend on a condition besides the three states, named in the `when` column:
+Some rows depend on a condition besides the three states, named in the `when` column:
 `expired` (the boot timeout has passed since launch) and `policy_mode` (the template's
 nodes are launched by policies; Slurm only powers them up when told).
+
+A policy-mode slot that Slurm powers up while no launch owns it (no job on it) is powered
+down again, not launched: Slurm 22.05 keeps a power-up request it has not acted on through
+a later POWER_DOWN_FORCE and carries it out once the node is down (a node stopped or failed
+right after its wake), and launching for that would start an instance no job wants.
 """
 
 from __future__ import annotations
@@ -43,8 +48,10 @@ class SlurmSeen(enum.StrEnum):
     SICK_IDLE = "sick-idle"  # health-check reason, drained and idle
     POWERING_DOWN = "powering-down"
     UNTOLD = "untold"  # holds an instance whose address Slurm does not have
+    HELD = "held"  # drained by clustermgr's hold (a launch's), not powered down
     REGISTERED = "registered"  # slurmd answers: not powered down, not powering up, not DOWN
-    POWERING_UP = "powering-up"  # Slurm is bringing it up for a job (or was told to)
+    POWERING_UP = "powering-up"  # Slurm is bringing it up for a job it placed there
+    WOKEN = "woken"  # Slurm is bringing it up with no job on it (told to, or by itself)
     POWERED_DOWN = "powered-down"
     DOWN = "down"  # DOWN or not responding, not powering up
 
@@ -65,6 +72,7 @@ class Verdict(enum.StrEnum):
     FINISH_STOP = "finish-stop"  # STOPPING: terminate, power down, record POWERED_DOWN
     FINISH_FAIL = "finish-fail"  # FAILED: terminate, POWER_DOWN_FORCE, record POWERED_DOWN
     RESUME_TIMEOUT = "resume-timeout"  # fail: Slurm's ResumeFailProgram gave up on it
+    POWER_DOWN = "power-down"  # Slurm powers up a slot no launch owns: power it down again
 
 
 FAILING = frozenset(
@@ -113,7 +121,28 @@ SICK = _l(L.SICK_BUSY, L.SICK_IDLE)
 
 RULES: tuple[Rule, ...] = (
     # slots without an instance
-    Rule(_s(S.POWERED_DOWN), ANY, _l(L.POWERING_UP), V.RESUME, why="a resume request we missed"),
+    Rule(
+        _s(S.POWERED_DOWN),
+        ANY,
+        _l(L.WOKEN, L.HELD),
+        V.POWER_DOWN,
+        when="policy_mode",
+        why="no job, no launch: a stale power-up or a failure Slurm never heard",
+    ),
+    Rule(
+        _s(S.POWERED_DOWN),
+        ANY,
+        _l(L.POWERING_UP, L.WOKEN),
+        V.RESUME,
+        why="a resume request we missed",
+    ),
+    Rule(
+        _s(S.POWERED_DOWN),
+        ANY,
+        _l(L.HELD),
+        V.RESUME,
+        why="powered up for a launch whose failure Slurm never heard",
+    ),
     Rule(_s(S.REQUESTED), ANY, ANY, V.RESUME, why="Slurm asked for it; the plan launches it"),
     Rule(_s(S.LAUNCHING), _c(C.UNLISTED), ANY, V.KEEP, why="cannot see the cloud: wait"),
     Rule(_s(S.LAUNCHING), _c(C.WAITING, C.ALIVE), ANY, V.ADOPT, why="launched, never bound"),
@@ -136,6 +165,7 @@ RULES: tuple[Rule, ...] = (
     Rule(_s(S.BOOTING), _c(C.UNLISTED), ANY, V.KEEP, why="cannot see the cloud: wait"),
     Rule(_s(S.BOOTING), ANY, ANY, V.BOOT_TIMEOUT, when="expired", why="never registered"),
     Rule(_s(S.BOOTING), ANY, _l(L.UNTOLD), V.TELL_SLURM, why="crashed before Slurm was told"),
+    Rule(_s(S.BOOTING), ANY, _l(L.HELD), V.TELL_SLURM, why="crashed before the hold was released"),
     Rule(
         _s(S.BOOTING),
         ANY,
@@ -205,6 +235,8 @@ def slurm_seen(seen: WorkloadNode | None, address: str | None) -> SlurmSeen:
         return SlurmSeen.POWERING_DOWN
     if address and seen.address != address:
         return SlurmSeen.UNTOLD  # even if its slurmd got through: Slurm cannot reach it
+    if seen.held and not seen.powered_down:
+        return SlurmSeen.HELD  # powering up or registered, but no job may go there yet
     if (
         seen.responding
         and not seen.powering_up
@@ -213,7 +245,7 @@ def slurm_seen(seen: WorkloadNode | None, address: str | None) -> SlurmSeen:
     ):
         return SlurmSeen.REGISTERED
     if seen.powering_up or (seen.powered_down and seen.state in ("ALLOCATED", "MIXED")):
-        return SlurmSeen.POWERING_UP
+        return SlurmSeen.POWERING_UP if seen.state in ("ALLOCATED", "MIXED") else SlurmSeen.WOKEN
     if seen.powered_down:
         return SlurmSeen.POWERED_DOWN
     return SlurmSeen.DOWN

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from clustermgr.reasons import is_hold
+
 
 @dataclass(frozen=True)
 class WorkloadNode:
@@ -37,6 +39,13 @@ class WorkloadNode:
         return "POWERING_UP" in self.flags
 
     @property
+    def power_up_asked(self) -> bool:
+        """Powering up, or holding a power-up request Slurm has not acted on (`POWER_UP`).
+        Asking such a node again leaves Slurm a second request, which 22.05 carries out
+        even after the node has been powered down since: it powers the node up again."""
+        return self.powering_up or "POWER_UP" in self.flags
+
+    @property
     def completing(self) -> bool:
         """A job's epilog or cleanup still runs on it (`IDLE+COMPLETING` is not idle)."""
         return self.state == "COMPLETING" or "COMPLETING" in self.flags
@@ -58,6 +67,11 @@ class WorkloadNode:
     @property
     def drained(self) -> bool:
         return "DRAIN" in self.flags
+
+    @property
+    def held(self) -> bool:
+        """Drained by clustermgr's hold, not by an admin or a health check (`is_hold`)."""
+        return self.drained and is_hold(self.reason)
 
     @property
     def usable(self) -> bool:
@@ -130,8 +144,9 @@ class Workload(Protocol):
 
     def drain(self, nodes: Sequence[str], reason: str) -> None: ...
 
-    def resume(self, nodes: Sequence[str]) -> None:
-        """Clear a drain (the nodes become schedulable, or powered-down idle)."""
+    def undrain(self, nodes: Sequence[str]) -> None:
+        """Clear a drain and nothing else (the nodes become schedulable, or powered-down
+        idle; a node that is not drained is left as it is)."""
         ...
 
 

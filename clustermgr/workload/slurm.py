@@ -170,8 +170,10 @@ class SlurmCli:
             reason_arg(reason),
         )
 
-    def resume(self, nodes: Sequence[str]) -> None:
-        self.update_nodes(nodes, state="RESUME")
+    def undrain(self, nodes: Sequence[str]) -> None:
+        """`state=UNDRAIN`: unlike RESUME it keeps the base state (a DOWN node stays DOWN)
+        and accepts a node that is not drained (RESUME fails: "Invalid node state")."""
+        self.update_nodes(nodes, state="UNDRAIN")
 
 
 def _first_line(text: str) -> str:

@@ -178,7 +178,9 @@ def make_lab(lab_dir: Path, mode: str, boot_timeout_s: int = 600) -> Iterator[Aw
         resume_fail_program=hooks["resume-fail"],
         suspend_time=3600,
         resume_timeout=3600,  # > boot + 2 cycles + a fallback's boot (config check)
-        suspend_timeout=5,
+        # outlasts a cycle, as `clustermgr slurm conf`'s 120 s outlasts the daemon's interval:
+        # a slot Slurm powers down after a failed launch is held again before it is free
+        suspend_timeout=20,
     )
     try:
         slurm.start()
@@ -254,6 +256,47 @@ def test_no_capacity_in_a_template_falls_back_to_the_next_template(policy_lab: A
     assert history[-2]["reason"].startswith("(Code:CAPACITY)")
     assert history[-1]["new_state"] == "POWERED_DOWN"
     assert lab.job(job, "JobState") in ("CONFIGURING", "PENDING")
+
+
+def slurm_reason(lab: AwsLab, node: str) -> str:
+    return lab.slurm.run("sinfo", "-h", "-N", "-n", node, "-o", "%E").stdout.strip()
+
+
+def queued(lab: AwsLab, job: str) -> tuple[str, str, str]:
+    """(squeue's state, squeue's reason, scontrol's Restarts) of a job."""
+    state, reason = (
+        lab.slurm.run("squeue", "-h", "-j", job, "-o", "%T|%r").stdout.strip().split("|")
+    )
+    return state, reason, lab.job(job, "Restarts")
+
+
+def test_policy_mode_failed_launch_leaves_the_job_pending_not_requeued(policy_lab: AwsLab) -> None:
+    """The node is powered up while still held (drained), and the hold is released only once
+    the cloud accepted the launch: a quota error leaves the job pending as it was, never
+    placed on the node and so not requeued with Slurm's ~2-minute BeginTime hold."""
+    lab = policy_lab
+    lab.fake.fail_next_launches("VcpuLimitExceeded", attempts=50)
+    # a cloud takes seconds to refuse: time enough for Slurm to place the job on a node it may use
+    lab.fake.slow(5, actions=["CreateFleet"])
+    job = lab.submit("-C", "aws-a")
+    out = lab.once()
+    assert "failed 1" in out, out
+    assert slurm_reason(lab, "aws-1").startswith("(Code:QUOTA) ")
+    state, reason, restarts = queued(lab, job)
+    assert (state, restarts) == ("PENDING", "0") and reason != "BeginTime", (state, reason)
+    assert lab.instances() == []
+    history = json.loads(lab.run("clustermgr", "nodes", "history", "aws-1", "--json").stdout)
+    last = [h["new_state"] for h in history][-3:]
+    assert last == ["LAUNCHING", "FAILED", "POWERED_DOWN"], history
+    assert history[-2]["reason"].startswith("(Code:QUOTA)")
+
+    out = lab.once()  # the next launch fails too; the first slot is held again meanwhile
+    assert "failed 1" in out, out
+    held = "clustermgr: held until a policy launches it; last: (Code:QUOTA) "
+    assert slurm_reason(lab, "aws-1").startswith(held)
+    assert slurm_reason(lab, "aws-2").startswith("(Code:QUOTA) ")
+    state, reason, restarts = queued(lab, job)
+    assert (state, restarts) == ("PENDING", "0") and reason != "BeginTime", (state, reason)
 
 
 def test_unrecoverable_error_requeues_the_job_and_frees_the_nodes(slurm_lab: AwsLab) -> None:

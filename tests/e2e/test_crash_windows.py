@@ -9,6 +9,9 @@ node down with `(Code:HEALTH)`, and the job must complete on the replacement.
 Window 2: after the instances are bound (BOOTING), before Slurm is
 told their addresses (it was asked to power them up before the launch: a node that booted
 before its power-up request would never end POWERING_UP).
+Window 3: after the addresses were told, before the launch's hold is released: the nodes
+were powered up while still drained, so they boot and register held (IDLE+DRAIN) with no
+job placed on them, and the restarted daemon releases them.
 
 The daemon is caught in a window by the edge of the world: its Slurm client directory
 holds an `scontrol` that stops dead on the call the test names (the real one for every
@@ -229,3 +232,36 @@ def test_killed_before_slurm_is_told_tells_it_next_cycle(policy_lab: CrashLab) -
     done = lambda: all(lab.job_field(j, "JobState") == "COMPLETED" for j in jobs)  # noqa: E731
     lab.run_until(done, timeout_s=180)
     assert {i["instance_id"] for i in lab.instances()} <= launched
+
+
+def test_killed_before_the_hold_is_released_releases_it_next_cycle(policy_lab: CrashLab) -> None:
+    crash, lab = policy_lab, policy_lab.lab
+    lab.cm_scale_once(check=True)  # holds the policy-mode nodes (drained~)
+    jobs = [lab.sbatch("--wrap", "hostname") for _ in range(2)]
+    crash.kill_inside("state=UNDRAIN")  # bound, addresses told, the hold still on
+    booting = sorted(n for n, r in crash.nodes().items() if r["state"] == "BOOTING")
+    assert len(booting) == 2, crash.nodes()
+    launched = {i["instance_id"] for i in lab.instances()}
+
+    def registered_held(name: str) -> bool:
+        flags = set(crash.slurm_node(name)["State"].split("+"))
+        return {"IDLE", "DRAIN"} <= flags and not flags & {"POWERING_UP", "NOT_RESPONDING"}
+
+    deadline = time.monotonic() + 120  # slurmd boots and registers while still held
+    while not all(registered_held(n) for n in booting):
+        assert time.monotonic() < deadline, [crash.slurm_node(n)["State"] for n in booting]
+        time.sleep(1)
+    for job in jobs:  # no job was placed on a held node
+        assert (lab.job_field(job, "JobState"), lab.job_field(job, "Restarts")) == ("PENDING", "0")
+    dry = json.loads(_dry_run(lab))
+    told = {row["target"] for row in dry if row["action"] == "verdict:tell-slurm"}
+    assert told == set(booting), dry  # the dry run shows what the next cycle will do
+
+    lab.cm_scale_once(check=True)  # the restarted daemon: one reconcile cycle
+    assert_converged(crash)
+    for name in booting:
+        assert "DRAIN" not in crash.slurm_node(name)["State"]
+    done = lambda: all(lab.job_field(j, "JobState") == "COMPLETED" for j in jobs)  # noqa: E731
+    lab.run_until(done, timeout_s=180)
+    assert {i["instance_id"] for i in lab.instances()} <= launched  # no second set paid for
+    assert [lab.job_field(j, "Restarts") for j in jobs] == ["0", "0"]

@@ -1,5 +1,6 @@
 """The local provider beyond the shared contract: real namespaces and slurmd processes,
-seen and stopped from another process, crashes, limits, concurrency, faults.json, AUTH."""
+seen and stopped from another process, crashes (of a "VM", and of the launching process
+between making a namespace and recording it), limits, concurrency, faults.json, AUTH."""
 
 from __future__ import annotations
 
@@ -19,11 +20,11 @@ import pytest
 
 from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import TAG_NODE, InstanceState, LaunchSpec
-from clustermgr.providers.local import LocalProvider, conf_server_from
+from clustermgr.providers.local import LocalProvider, conf_server_from, net
 from clustermgr.providers.local import state as local_state
 from clustermgr.providers.local.net import NETNS_DIR, namespace_pids, netns_name
 from tests.fakes.local_harness import lab_on_bridge, settings_for, skip_unless_possible
-from tests.labs.slurmlab import SlurmLab
+from tests.labs.slurmlab import SlurmLab, pid_alive
 
 pytestmark = pytest.mark.integration
 
@@ -250,3 +251,78 @@ def test_check_and_catalog(lab: SlurmLab, state_dir: Path) -> None:
     assert all(c.ok for c in checks), checks
     gpu2 = {t.name: t for t in provider.catalog()}["local.gpu2"]
     assert (gpu2.gpu_count, gpu2.vcpus) == (2, 2)
+
+
+LAUNCH_IN_A_CHILD = """
+import sys
+from clustermgr.providers.local import LocalProvider
+from clustermgr.providers.base import LaunchSpec
+from tests.fakes.local_harness import settings_for
+provider = LocalProvider(settings_for(sys.argv[1], subnet=sys.argv[2]), sys.argv[3])
+spec = LaunchSpec(template="local-cpu", instance_types=("local.cpu",), image="local",
+                  node_names=("n-001",), user_data=sys.argv[4])
+provider.launch(spec, 1, "req-killed-1")
+"""
+
+
+def records(state_dir: Path) -> dict[str, str]:
+    """instance id -> status, read as another process would (the file is replaced whole)."""
+    path = state_dir / local_state.INSTANCES_FILE
+    data = json.loads(path.read_text()) if path.exists() else {}
+    return {r["instance_id"]: r["status"] for r in data.get("instances", [])}
+
+
+def test_a_launch_killed_between_namespace_and_record_leaks_nothing(
+    lab: SlurmLab, state_dir: Path
+) -> None:
+    provider = provider_for(state_dir)
+    provider.list_instances()  # makes the state dir
+    local_state.inject_stall(state_dir, "launch", seconds=120)
+    spec = spec_for(lab, "n-001")
+    child = subprocess.Popen(
+        [sys.executable, "-c", LAUNCH_IN_A_CHILD, str(state_dir), SUBNET, CLUSTER, spec.user_data],
+        cwd=Path(__file__).resolve().parents[2],
+        start_new_session=True,
+    )
+    try:
+        # the namespace and slurmd's boot script exist, the record does not say it runs
+        assert wait_for(lambda: list(records(state_dir).values()) == ["starting"], timeout=30)
+        (dead,) = records(state_dir)
+        assert (NETNS_DIR / netns_name(dead)).exists()
+        on_its_way = namespace_pids(dead)
+        assert on_its_way, "the boot script names its namespace until slurmd is inside"
+    finally:
+        os.killpg(child.pid, signal.SIGKILL)  # the launching daemon dies there
+        child.wait(10)
+    assert provider.list_instances()[dead].state is InstanceState.ERROR  # a half-made "VM"
+
+    # the engine re-issues the interrupted request: the dead start is swept, one instance runs
+    result = provider.launch(spec, 1, "req-killed-1")
+    assert result.ok, result.errors
+    (fresh,) = result.instances
+    assert fresh.instance_id != dead and fresh.state is InstanceState.RUNNING
+    assert records(state_dir) == {fresh.instance_id: "running"}
+    assert not (NETNS_DIR / netns_name(dead)).exists()
+    assert not any(pid_alive(pid) for pid in on_its_way)
+    assert namespace_pids(dead) == []
+
+
+def test_an_unrecorded_namespace_on_its_bridge_is_swept_another_bridges_is_not(
+    lab: SlurmLab, state_dir: Path
+) -> None:
+    provider = provider_for(state_dir)
+    provider.list_instances()
+    ours = "lc-0000dead"  # as a version that saved the record after the namespace left it
+    net.create_network(ours, net.Subnet.parse(SUBNET), "10.213.203.250")
+    other = net.Subnet.parse("10.213.204.0/24")
+    theirs = "lc-0000beef"  # another state dir's instance, on its own subnet and bridge
+    net.ensure_bridge_for(other)
+    try:
+        net.create_network(theirs, other, "10.213.204.250")
+        provider.terminate([], "req-sweep-1")  # any terminate (or launch) sweeps first
+        assert not (NETNS_DIR / netns_name(ours)).exists()
+        assert (NETNS_DIR / netns_name(theirs)).exists()
+    finally:
+        net.delete_network(ours)
+        net.delete_network(theirs)
+        net.remove_bridge_for(other)

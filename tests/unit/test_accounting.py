@@ -3,10 +3,14 @@ person can act on; odd jobs are never silently absent."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from clustermgr.policy.decision import Refusal, ScaleDecision
 from clustermgr.scaling.accounting import account_jobs
+from clustermgr.scaling.act import to_hold
 from clustermgr.scaling.clamp import LaunchOrder, Plan
-from tests.unit.test_policies import job, template, view
+from clustermgr.workload.base import WorkloadNode
+from tests.unit.test_policies import job, slot, template, view
 
 
 def fates(plan: Plan, decision: ScaleDecision, *jobs: object) -> dict[str, tuple[str, str]]:
@@ -67,3 +71,51 @@ def test_a_policy_mode_hold_keeps_the_last_failure_visible() -> None:
     quota = "(Code:QUOTA) VcpuLimitExceeded: you have requested more vCPU capacity"
     assert hold_reason(quota) == f"clustermgr: held until a policy launches it; last: {quota}"
     assert len(hold_reason("(Code:CAPACITY) " + "x" * 500)) == HOLD_REASON_MAX
+
+
+def test_a_launch_holds_first_the_policy_mode_slots_slurm_does_not_hold() -> None:
+    def slurm(name: str, *flags: str, reason: str = "") -> WorkloadNode:
+        return WorkloadNode(
+            name, "IDLE", frozenset({"CLOUD", "POWERED_DOWN", *flags}), reason=reason
+        )
+
+    hold = "clustermgr: held until a policy launches it"
+    nodes = [
+        slot("g1", slurm=slurm("g1", "DRAIN", reason=hold)),  # held: powered up as it is
+        slot("g2", slurm=slurm("g2")),  # freed since the last cycle's hold: held first
+        slot("g3", slurm=slurm("g3", "DRAIN", reason="bad PSU")),  # an admin's drain: left
+        slot("s1", template="batch", slurm=slurm("s1")),  # slurm mode: never held
+    ]
+    templates = {"gpu": template(), "batch": template("batch", demand_mode="slurm")}
+    v = view(nodes, [], templates=templates)
+    assert to_hold(v, ["g1", "g2", "g3", "s1"]) == ["g2"]
+    assert [n.name for n in nodes if n.slurm and n.slurm.held] == ["g1"]
+    # powering up, the hold's reason is gone (slurmctld clears it): still ours
+    powering = replace(nodes[0], slurm=WorkloadNode("g1", "IDLE", frozenset({"DRAIN"})))
+    assert powering.slurm is not None and powering.slurm.held
+
+
+def test_a_node_whose_power_up_slurm_has_not_acted_on_is_not_asked_again() -> None:
+    """Found by the crash campaign: a restarted cycle told Slurm the addresses of nodes
+    whose power-up request (`POWER_UP`) Slurm had not acted on yet, and asked again; Slurm
+    kept that second request through the scale-down's power-down, powered the nodes up
+    again a moment later, and cm-scale launched instances with no job waiting for them."""
+    from clustermgr.scaling.act import _powered_down, to_power_up
+    from clustermgr.scaling.observe import Snapshot
+    from clustermgr.workload.base import WorkloadSnapshot
+    from tests.unit.test_verdicts import NOW, SETTINGS
+
+    hold = "clustermgr: held until a policy launches it"
+    seen = {
+        "g1": WorkloadNode(
+            "g1", "IDLE", frozenset({"CLOUD", "POWERED_DOWN", "POWER_UP", "DRAIN"}), reason=hold
+        ),
+        "g2": WorkloadNode(
+            "g2", "IDLE", frozenset({"CLOUD", "POWERED_DOWN", "DRAIN"}), reason=hold
+        ),
+        "g3": WorkloadNode("g3", "IDLE", frozenset({"CLOUD", "POWERING_UP", "NOT_RESPONDING"})),
+    }
+    v = view([slot(name, slurm=node) for name, node in seen.items()], [])
+    assert to_power_up(SETTINGS, v, sorted(seen)) == ["g2"]
+    snapshot = Snapshot(now=NOW, workload=WorkloadSnapshot(NOW, seen), nodes={}, instances={})
+    assert [n for n in sorted(seen) if _powered_down(snapshot, n)] == ["g2"]

@@ -85,6 +85,29 @@ def test_a_bound_node_slurm_never_heard_of_is_told_again() -> None:
     assert late.verdict is Verdict.BOOT_TIMEOUT
 
 
+def test_a_node_slurm_still_holds_for_its_launch_is_released_once_bound() -> None:
+    # killed after the addresses were told, before the launch's hold was released
+    booting, policy = NodeState.BOOTING, frozenset({"policy_mode"})
+    for facts in (frozenset(), policy):
+        held = judge(booting, CloudSeen.ALIVE, SlurmSeen.HELD, facts)
+        assert held.verdict is Verdict.TELL_SLURM, facts
+    late = judge(booting, CloudSeen.ALIVE, SlurmSeen.HELD, frozenset({"expired"}))
+    assert late.verdict is Verdict.BOOT_TIMEOUT
+    # launching: adopted or relaunched, and both release the hold once bound
+    launching = NodeState.LAUNCHING
+    assert judge(launching, CloudSeen.WAITING, SlurmSeen.HELD).verdict is Verdict.ADOPT
+    assert judge(launching, CloudSeen.NONE, SlurmSeen.HELD).verdict is Verdict.RELAUNCH
+    # powered up for a launch that failed, and Slurm never heard: in policy mode Slurm is
+    # told now (the policies launch again if the jobs still need it), in slurm mode its
+    # resume is the demand
+    told = judge(NodeState.POWERED_DOWN, CloudSeen.NONE, SlurmSeen.HELD, policy)
+    assert told.verdict is Verdict.POWER_DOWN
+    resumed = judge(NodeState.POWERED_DOWN, CloudSeen.NONE, SlurmSeen.HELD)
+    assert resumed.verdict is Verdict.RESUME
+    # an up node is never released by the table: it was not held for a launch
+    assert judge(NodeState.UP, CloudSeen.ALIVE, SlurmSeen.HELD).verdict is Verdict.KEEP
+
+
 def test_slurm_axis_from_sinfo_nodes() -> None:
     def node(state: str, *flags: str, address: str = "n1", reason: str = "") -> WorkloadNode:
         return WorkloadNode(
@@ -95,7 +118,10 @@ def test_slurm_axis_from_sinfo_nodes() -> None:
     assert slurm_seen(node("IDLE", "POWERED_DOWN"), None) is SlurmSeen.POWERED_DOWN
     assert slurm_seen(node("IDLE", "POWERED_DOWN"), "10.0.0.5") is SlurmSeen.UNTOLD
     up = node("IDLE", "POWERING_UP", address="10.0.0.5")
-    assert slurm_seen(up, "10.0.0.5") is SlurmSeen.POWERING_UP
+    assert slurm_seen(up, "10.0.0.5") is SlurmSeen.WOKEN  # no job on it
+    for_a_job = node("MIXED", "POWERING_UP", address="10.0.0.5")
+    assert slurm_seen(for_a_job, "10.0.0.5") is SlurmSeen.POWERING_UP
+    assert slurm_seen(node("ALLOCATED", "POWERED_DOWN"), None) is SlurmSeen.POWERING_UP
     assert slurm_seen(node("MIXED", address="10.0.0.5"), "10.0.0.5") is SlurmSeen.REGISTERED
     assert slurm_seen(node("IDLE"), "10.0.0.5") is SlurmSeen.UNTOLD  # registered, unreachable
     assert slurm_seen(node("IDLE", "POWERING_DOWN"), None) is SlurmSeen.POWERING_DOWN
@@ -104,6 +130,33 @@ def test_slurm_axis_from_sinfo_nodes() -> None:
     assert slurm_seen(node("MIXED", "DRAIN", reason=sick), None) is SlurmSeen.SICK_BUSY
     assert slurm_seen(node("IDLE", "DRAIN", reason=sick), None) is SlurmSeen.SICK_IDLE
     assert slurm_seen(node("DOWN", "NOT_RESPONDING"), None) is SlurmSeen.DOWN
+
+
+def test_slurm_axis_tells_the_launch_hold_from_an_admin_drain() -> None:
+    def node(*flags: str, reason: str = "", state: str = "IDLE") -> WorkloadNode:
+        return WorkloadNode(
+            "n1", state, frozenset({"CLOUD", *flags}), address="10.0.0.5", reason=reason
+        )
+
+    hold = "clustermgr: held until a policy launches it"
+    powering = ("DRAIN", "NOT_RESPONDING", "POWERING_UP")
+    # slurmctld clears a drained node's reason when it starts powering it up
+    assert slurm_seen(node(*powering), "10.0.0.5") is SlurmSeen.HELD
+    assert slurm_seen(node(*powering, reason=hold), "10.0.0.5") is SlurmSeen.HELD
+    assert slurm_seen(node("DRAIN"), "10.0.0.5") is SlurmSeen.HELD  # registered while held
+    assert slurm_seen(node(*powering), "10.0.0.9") is SlurmSeen.UNTOLD  # address first
+    # a held slot that is still powered down is just that
+    down = node("DRAIN", "POWERED_DOWN", reason=hold)
+    assert slurm_seen(down, None) is SlurmSeen.POWERED_DOWN
+    assert slurm_seen(node("DRAIN", "POWER_UP", "POWERED_DOWN", reason=hold), None) == (
+        SlurmSeen.POWERED_DOWN
+    )
+    # an admin's drain (or a failure's reason) is not ours: the node is judged as before
+    admin = "disk replacement, ticket 4411"
+    assert slurm_seen(node(*powering, reason=admin), "10.0.0.5") is SlurmSeen.WOKEN
+    assert slurm_seen(node("DRAIN", reason=admin), "10.0.0.5") is SlurmSeen.REGISTERED
+    quota = node("DRAIN", "POWER_DOWN", "NOT_RESPONDING", reason="(Code:QUOTA) VcpuLimit")
+    assert slurm_seen(quota, None) is SlurmSeen.DOWN
 
 
 def test_the_architecture_doc_prints_the_table_of_the_code() -> None:
@@ -195,6 +248,25 @@ def test_crash_states_are_judged_into_finishing_verdicts() -> None:
     assert found.orphans == {}  # the FAILED node still holds i-1: finishing it terminates it
 
 
+def test_a_bound_node_held_for_its_launch_is_told_but_an_admin_drain_is_not() -> None:
+    told = dict(instance_id="i-1", private_address="10.0.0.9", request_id="r1")
+    held = record("g1", NodeState.BOOTING, **told)
+    admin = record("g2", NodeState.BOOTING, **{**told, "instance_id": "i-2"})
+    powering = frozenset({"CLOUD", "DRAIN", "NOT_RESPONDING", "POWERING_UP"})
+    slurm = [
+        WorkloadNode("g1", "IDLE", powering, address="10.0.0.9"),  # reason cleared by Slurm
+        WorkloadNode("g2", "IDLE", powering, address="10.0.0.9", reason="bad DIMM"),
+    ]
+    instances = [instance("i-1", "g1", "r1"), instance("i-2", "g2", "r1")]
+    found = reconcile(SETTINGS, snapshot([held, admin], instances, slurm), orphan_grace_s=0)
+    assert found.verdicts["g1"].verdict is Verdict.TELL_SLURM
+    assert (found.verdicts["g1"].slurm, found.verdicts["g2"].slurm) == (
+        SlurmSeen.HELD,
+        SlurmSeen.WOKEN,
+    )
+    assert found.verdicts["g2"].verdict is Verdict.WAIT_BOOT
+
+
 def test_a_request_with_a_missing_instance_is_relaunched_whole() -> None:
     a = record("g1", NodeState.LAUNCHING, request_id="r1")
     b = record("g2", NodeState.LAUNCHING, request_id="r1")
@@ -240,3 +312,21 @@ def test_an_instance_a_retired_slot_still_holds_is_no_orphan() -> None:
     found = reconcile(SETTINGS, snapshot([retired], [instance("i-1", "g1", "r1")], []), 0)
     assert found.orphans == {}
     assert found.verdicts["g1"].verdict is Verdict.KEEP
+
+
+def test_a_policy_mode_slot_slurm_powers_up_with_no_job_is_powered_down_not_launched() -> None:
+    """Found by the crash campaign: Slurm 22.05 keeps a power-up request it has not acted on
+    through a later POWER_DOWN_FORCE (a node stopped right after its wake) and powers the
+    node up once it is down; launching for that started instances no job wanted."""
+    policy = frozenset({"policy_mode"})
+    down = NodeState.POWERED_DOWN
+    for slurm in (SlurmSeen.WOKEN, SlurmSeen.HELD):
+        assert judge(down, CloudSeen.NONE, slurm, policy).verdict is Verdict.POWER_DOWN
+        assert judge(down, CloudSeen.NONE, slurm).verdict is Verdict.RESUME  # slurm mode
+    # a job Slurm placed on a slot not yet held is launched for, in either mode
+    for facts in (frozenset(), policy):
+        placed = judge(down, CloudSeen.NONE, SlurmSeen.POWERING_UP, facts)
+        assert placed.verdict is Verdict.RESUME
+    # a launched node woken by cm-scale itself is simply booting
+    booting = judge(NodeState.BOOTING, CloudSeen.ALIVE, SlurmSeen.WOKEN, policy)
+    assert booting.verdict is Verdict.WAIT_BOOT

@@ -186,6 +186,26 @@ def netns_exists(instance_id: str) -> bool:
     return (NETNS_DIR / netns_name(instance_id)).exists()
 
 
+def namespaced_instances(prefix: str = "lc-") -> list[str]:
+    """Instance ids (`prefix`...) that have a namespace on this machine, whoever made it."""
+    try:
+        names = os.listdir(NETNS_DIR)
+    except OSError:
+        return []
+    made = netns_name(prefix)
+    return sorted(n.removeprefix("cm-") for n in names if n.startswith(made))
+
+
+def on_bridge(instance_id: str, subnet: Subnet) -> bool:
+    """The instance's host-side veth hangs on the subnet's bridge (so it is that subnet's
+    provider's instance, not another state dir's)."""
+    try:
+        master = os.readlink(Path("/sys/class/net") / veth_name(instance_id) / "master")
+    except OSError:
+        return False
+    return os.path.basename(master) == subnet.bridge
+
+
 # --- processes ---------------------------------------------------------------------------
 
 
@@ -242,21 +262,34 @@ def spawn_slurmd(
 
 
 def namespace_pids(instance_id: str) -> list[int]:
-    """Every process whose network namespace is the instance's (slurmd, slurmstepd, jobs)."""
+    """Every process whose network namespace is the instance's (slurmd, slurmstepd, jobs),
+    and every process on its way in (the boot script, unshare and nsenter name the namespace
+    in their arguments until slurmd runs inside it)."""
+    path = NETNS_DIR / netns_name(instance_id)
     try:
-        target = os.stat(NETNS_DIR / netns_name(instance_id))
+        info = os.stat(path)
+        target: tuple[int, int] | None = (info.st_ino, info.st_dev)
     except OSError:
-        return []
+        target = None
+    needle = str(path).encode() + b"\0"  # a whole argument (or its `--net=` tail)
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
+        if target is not None:
+            try:
+                netns = os.stat(f"/proc/{entry.name}/ns/net")
+            except OSError:
+                continue
+            if (netns.st_ino, netns.st_dev) == target:
+                found.append(int(entry.name))
+                continue
         try:
-            info = os.stat(f"/proc/{entry.name}/ns/net")
+            with open(f"/proc/{entry.name}/cmdline", "rb") as handle:
+                if needle in handle.read():
+                    found.append(int(entry.name))
         except OSError:
             continue
-        if (info.st_ino, info.st_dev) == (target.st_ino, target.st_dev):
-            found.append(int(entry.name))
     return found
 
 

@@ -28,8 +28,17 @@ character devices for them), fetched configless by slurmd.
 
 State: `<state_dir>/instances.json` (default /var/lib/clustermgr/local/<provider name>), see
 state.py, which also documents faults.json (injected CAPACITY/QUOTA/THROTTLED
-failures and a capacity limit). `settings.max_instances` caps live instances; past it the
+failures, a capacity limit, stalls). `settings.max_instances` caps live instances; past it the
 rest of a launch is a CAPACITY error (a partial launch), as is running out of addresses.
+
+Crashes: an instance's record is saved ("starting") before its namespace is made, and says
+"running" once slurmd is started. launch() and terminate() first `sweep` under the state's
+exclusive lock, which no launch in progress could let them take: a "starting" record is
+then a launch that died, and its slurmd (or the boot script on its way into the namespace),
+namespace and veth are removed with the record; so is a `cm-lc-*` namespace no record names
+whose veth hangs on this provider's bridge (made by a version that recorded after the fact).
+list_instances() shows a dead start as ERROR, so the engine re-issues its launch or treats
+it as an orphan, either of which sweeps it.
 
 AUTH (the local provider's "credentials"): managing network namespaces needs root or
 CAP_NET_ADMIN, and the state dir must be creatable, owned by the current user and
@@ -41,6 +50,7 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, ClassVar
@@ -93,6 +103,8 @@ class LocalProvider:
     def _instance(self, rec: InstanceRecord) -> CloudInstance:
         if rec.status == "stopping":
             state = InstanceState.STOPPING
+        elif rec.status == "starting":
+            state = InstanceState.ERROR  # its launch died half way: the next sweep removes it
         elif rec.pid is not None and net.alive(rec.pid, rec.pid_start):
             state = InstanceState.RUNNING
         else:
@@ -151,11 +163,40 @@ class LocalProvider:
         result = LaunchResult(request_id=request_id, requested=count)
         names = list(spec.node_names[:count])
         with locked(self.state_dir) as state:
+            self.sweep(state)
             try:
                 self._launch_locked(state, spec, itype, conf_server, names, result)
             finally:
                 state.save()
         return result
+
+    def sweep(self, state: State) -> list[str]:
+        """Remove what launches that died left behind; `state` must be held exclusively
+        (so no launch is in progress). Returns the instance ids removed."""
+        dead = [rec for rec in state.instances.values() if rec.status == "starting"]
+        stray = [
+            iid
+            for iid in net.namespaced_instances()
+            if iid not in state.instances and net.on_bridge(iid, self.subnet)
+        ]
+        if not dead and not stray:
+            return []
+        leaders = {rec.instance_id: (rec.pid or 0, rec.pid_start) for rec in dead}
+        leaders.update({iid: (0, None) for iid in stray})
+        net.stop_instances(leaders)
+        removed = []
+        for instance_id in sorted(leaders):
+            try:
+                net.delete_network(instance_id)
+            except ProviderError as exc:
+                log.warning("local: could not remove %s: %s", instance_id, exc.args[0])
+                continue
+            state.instances.pop(instance_id, None)
+            removed.append(instance_id)
+        state.save()
+        if removed:
+            log.warning("local: removed %s, left by a launch that died", ", ".join(removed))
+        return removed
 
     def _launch_locked(
         self,
@@ -169,7 +210,9 @@ class LocalProvider:
         existing = {
             rec.node: rec
             for rec in state.instances.values()
-            if rec.request_id == result.request_id and rec.cluster == self.cluster
+            if rec.request_id == result.request_id
+            and rec.cluster == self.cluster
+            and rec.status != "starting"
         }
         result.instances += [self._instance(existing[n]) for n in names if n in existing]
         to_start = [n for n in names if n not in existing]
@@ -226,12 +269,6 @@ class LocalProvider:
         assert address is not None  # _no_room checked
         tags = {**ours(self.cluster, spec.template, request_id, spec.tags), TAG_NODE: node}
         log_path = self.state_dir / "logs" / f"{instance_id}.log"
-        net.create_network(instance_id, self.subnet, address)
-        try:
-            pid, started = net.spawn_slurmd(instance_id, node, conf_server, self.slurmd, log_path)
-        except ProviderError:
-            net.delete_network(instance_id)
-            raise
         rec = InstanceRecord(
             instance_id=instance_id,
             cluster=self.cluster,
@@ -241,21 +278,45 @@ class LocalProvider:
             instance_type=itype.name,
             address=address,
             launched_at=datetime.now(UTC).isoformat(),
-            pid=pid,
-            pid_start=started,
+            status="starting",
             log=str(log_path),
             tags=tags,
         )
         state.instances[instance_id] = rec
-        state.save()  # a crash after this point still knows the instance
+        state.save()  # before the namespace exists: a crash from here on is swept
+        try:
+            net.create_network(instance_id, self.subnet, address)
+            try:
+                pid, started = net.spawn_slurmd(
+                    instance_id, node, conf_server, self.slurmd, log_path
+                )
+            except ProviderError:
+                net.delete_network(instance_id)
+                raise
+        except ProviderError:
+            del state.instances[instance_id]
+            state.save()
+            raise
+        self._stall(state, "launch")
+        rec.pid, rec.pid_start, rec.status = pid, started, "running"
+        state.save()
         log.info("local: started %s as %s at %s (pid %d)", node, instance_id, address, pid)
         return rec
+
+    def _stall(self, state: State, at: str) -> None:
+        """faults.json's `stall` (tests): wait at `at`, the fault's use saved first."""
+        seconds = state.take_stall(at)
+        if seconds:
+            state.save()
+            log.info("local: stalled %.0f s at %s (faults.json)", seconds, at)
+            time.sleep(seconds)
 
     # --- terminating ------------------------------------------------------------------
 
     def terminate(self, instance_ids: Sequence[str], request_id: str) -> None:
         self._authorize()
         with locked(self.state_dir) as state:
+            self.sweep(state)
             doomed = [
                 state.instances[iid]
                 for iid in instance_ids
@@ -266,6 +327,7 @@ class LocalProvider:
             for rec in doomed:
                 rec.status = "stopping"
             state.save()
+            self._stall(state, "terminate")
             net.stop_instances({rec.instance_id: (rec.pid or 0, rec.pid_start) for rec in doomed})
             failures = []
             for rec in doomed:

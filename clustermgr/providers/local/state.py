@@ -7,12 +7,22 @@ fsync, rename), so a crash never leaves half a file.
 faults.json (optional) makes the provider fail the way a cloud does, for tests and demos:
 
     {"launch":   {"kind": "QUOTA", "remaining": 3, "code": "QuotaExceeded", "message": "..."},
-     "capacity": 2}
+     "capacity": 2,
+     "stall":    {"at": "launch", "seconds": 30, "remaining": 1}}
 
 `launch`: the next `remaining` launch() calls that would start something fail with a
 LaunchError of `kind` (CAPACITY, QUOTA, THROTTLED, TRANSIENT, OTHER) and start nothing.
 `capacity`: only this many more instances can start; past it, CAPACITY (a partial launch).
-Each use is consumed; the file disappears when nothing is left in it.
+`stall`: the next `remaining` times the provider passes `at`, it waits `seconds` there, as a
+slow cloud API would (crash tests kill the caller in that window): "launch" is after an
+instance's namespace and slurmd exist and before its record says it runs; "terminate" is
+after the records say stopping and before anything is stopped.
+Each use is consumed (and saved before the wait); the file disappears when nothing is left.
+
+An instance's record is written before its namespace is made (status "starting"), and says
+"running" once its slurmd is started: a launch that dies in between leaves a record that the
+next launch or terminate (which hold the lock, so no launch of theirs is in progress) finds
+and cleans up (provider.py, `sweep`).
 """
 
 from __future__ import annotations
@@ -34,6 +44,7 @@ INSTANCES_FILE = "instances.json"
 FAULTS_FILE = "faults.json"
 LOCK_FILE = ".lock"
 FAULT_KINDS = {"CAPACITY", "QUOTA", "THROTTLED", "TRANSIENT", "OTHER"}
+STALL_POINTS = {"launch", "terminate"}
 DEFAULT_FAULT_CODES = {
     "CAPACITY": "InsufficientCapacity",
     "QUOTA": "QuotaExceeded",
@@ -55,7 +66,9 @@ class InstanceRecord:
     launched_at: str  # ISO 8601, UTC
     pid: int | None = None  # the unshare session leader; slurmd is its child
     pid_start: int | None = None  # its start time in clock ticks (pid reuse guard)
-    status: str = "running"  # "running" or "stopping" (terminate began, cleanup pending)
+    # "starting" (written before the namespace is made; a launch that died left it),
+    # "running", or "stopping" (terminate began, cleanup pending)
+    status: str = "running"
     log: str = ""
     tags: dict[str, str] = field(default_factory=dict)
 
@@ -159,6 +172,19 @@ class State:
             str(spec.get("message") or f"injected {kind} fault (faults.json)"),
         )
 
+    def take_stall(self, at: str) -> float:
+        """Seconds to wait at `at` (consumes one use; 0.0 when no stall is injected there)."""
+        spec = self._faults.get("stall")
+        if not isinstance(spec, dict) or spec.get("at") != at:
+            return 0.0
+        remaining = int(spec.get("remaining", 1))
+        if remaining <= 1:
+            self._faults.pop("stall")
+        else:
+            spec["remaining"] = remaining - 1
+        self._faults_changed = True
+        return max(0.0, float(spec.get("seconds", 0.0))) if remaining > 0 else 0.0
+
     def take_capacity(self) -> bool:
         """True when one more instance may start (consumes it); False past the limit."""
         if "capacity" not in self._faults:
@@ -208,6 +234,19 @@ def inject_launch_fault(directory: Path, kind: ErrorKind, attempts: int = 1) -> 
 def limit_capacity(directory: Path, instances: int) -> None:
     """Tests: from now on only `instances` more instances can start (writes faults.json)."""
     _update_faults(directory, "capacity", instances)
+
+
+def inject_stall(directory: Path, at: str, seconds: float, times: int = 1) -> None:
+    """Tests: the next `times` passes through `at` ("launch" or "terminate") wait `seconds`."""
+    if at not in STALL_POINTS:
+        raise ValueError(f"stall point {at!r}: expected one of {sorted(STALL_POINTS)}")
+    _update_faults(directory, "stall", {"at": at, "seconds": seconds, "remaining": times})
+
+
+def clear_faults(directory: Path) -> None:
+    """Tests: no injected fault is left (removes faults.json)."""
+    with locked(directory):
+        (directory / FAULTS_FILE).unlink(missing_ok=True)
 
 
 def _update_faults(directory: Path, key: str, value: object) -> None:
