@@ -1,5 +1,8 @@
 """Shared fixtures. Tests under tests/unit, tests/integration and tests/e2e get the
-matching marker automatically, so `pytest -m unit` runs the fast ones in seconds."""
+matching marker automatically, so `pytest -m unit` runs the fast ones in seconds; tests
+under tests/chaos (the crash campaign: whole bursts against a real slurmctld) get both
+`chaos` and `e2e`, so `-m "not e2e"` still leaves every Slurm burst out and `-m chaos`
+runs the campaign alone."""
 
 from __future__ import annotations
 
@@ -25,6 +28,9 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         parts = Path(str(item.fspath)).relative_to(REPO).parts
         if len(parts) > 1 and parts[0] == "tests" and parts[1] in ("unit", "integration", "e2e"):
             item.add_marker(getattr(pytest.mark, parts[1]))
+        if len(parts) > 1 and parts[0] == "tests" and parts[1] == "chaos":
+            item.add_marker(pytest.mark.chaos)
+            item.add_marker(pytest.mark.e2e)
 
 
 @dataclass

@@ -11,7 +11,8 @@ credential failures. The middleware in front of it:
   and answers the instances that did start plus an `Errors` entry
   (InsufficientInstanceCapacity), a RunInstances starts as many as it can up to MaxCount
   (moto itself would start MinCount);
-- delays answers (`slow`), rejects an access key id (EC2 AuthFailure 401, STS
+- delays answers (`slow`), holds one request before or after acting on it until released
+  (`hold_next`, tests/fakes/gate.py), rejects an access key id (EC2 AuthFailure 401, STS
   InvalidClientTokenId 403), and can answer CreateFleet with InvalidAction (`no_fleet_api`).
 
 Control it from the test process through the thread-safe methods, or from another process
@@ -46,6 +47,8 @@ from moto.moto_server.werkzeug_app import (
     create_backend_app,
 )
 from werkzeug.serving import make_server
+
+from tests.fakes.gate import Gate, Gates
 
 REGION = "us-east-1"
 LAUNCH_ACTIONS = frozenset({"CreateFleet", "RunInstances"})
@@ -132,6 +135,7 @@ class FaultMiddleware:
         self.app = app
         self.lock = threading.RLock()
         self.state = MiddlewareState()
+        self.gates = Gates()
         self._token_locks: dict[tuple[str, str], threading.Lock] = {}
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -220,6 +224,16 @@ class FaultMiddleware:
     def _answer(self, req: Request, environ: Environ, body: bytes) -> Answer:
         with self.lock:
             self.state.calls[req.action] += 1
+        gate = self.gates.arrive(req.action)
+        if gate is not None and not gate.after:
+            gate.hold()
+            return _ec2_error(503, "ServiceUnavailable", "held by a test, never carried out")
+        answer = self._carry_out(req, environ, body)
+        if gate is not None:
+            gate.hold()
+        return answer
+
+    def _carry_out(self, req: Request, environ: Environ, body: bytes) -> Answer:
         self._delay(req.action)
         with self.lock:
             rejected = req.access_key in self.state.rejected_keys
@@ -531,6 +545,8 @@ class FakeAws:
         return self
 
     def stop(self) -> None:
+        if self._box:
+            self.middleware.gates.release_all()
         if self._server is not None:
             self._server.stop()
             inner = self._server._server
@@ -589,6 +605,32 @@ class FakeAws:
     ) -> None:
         """Delay the next `attempts` matching answers (all when None) by `seconds`."""
         self.middleware.slow(seconds, attempts, actions)
+
+    def forget_terminated(self) -> int:
+        """Drop terminated instances (and their tags) from moto's memory, as EC2 forgets
+        them after about an hour: moto finds an instance, and each instance's tags, by
+        scanning them all, so a long campaign's thousands of terminated instances would
+        slow every call. Returns how many were dropped."""
+        from moto.core.models import DEFAULT_ACCOUNT_ID
+        from moto.ec2.models import ec2_backends
+
+        backend = ec2_backends[DEFAULT_ACCOUNT_ID][self.region]
+        dropped = []
+        for reservation_id, reservation in list(backend.reservations.items()):
+            alive = [i for i in reservation.instances if i.state != "terminated"]
+            dropped += [i.id for i in reservation.instances if i.state == "terminated"]
+            if alive:
+                reservation.instances = alive
+            else:
+                del backend.reservations[reservation_id]
+        for instance_id in dropped:
+            backend.tags.pop(instance_id, None)
+        return len(dropped)
+
+    def hold_next(self, action: str, nth: int = 1, after: bool = False) -> Gate:
+        """Hold the `nth` next call of `action` (before or after carrying it out) until the
+        gate is released (tests/fakes/gate.py)."""
+        return self.middleware.gates.add(action, nth, after)
 
     def no_capacity_for(self, instance_types: Iterable[str]) -> None:
         """CreateFleet finds no capacity for these types (an Errors item each), as EC2

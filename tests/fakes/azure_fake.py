@@ -8,10 +8,11 @@ SKUs, managed / gallery / marketplace images, and the client-credentials token f
 The api-version is never checked.
 
 Faults are injected from the test process through thread-safe methods (`fail_next`,
-`fail_next_vm_puts`, `limit_capacity`, `slow`), or from another process by POSTing JSON to
-`/_fake/<method>` (see CONTROL_METHODS). `python -m tests.fakes.azure_fake` runs one until
-SIGTERM and prints its connection details as one JSON line, for end-to-end tests where the
-provider lives in a separate daemon process (give that process REQUESTS_CA_BUNDLE=ca_bundle).
+`fail_next_vm_puts`, `limit_capacity`, `slow`, `hold_next`: tests/fakes/gate.py), or from
+another process by POSTing JSON to `/_fake/<method>` (see CONTROL_METHODS).
+`python -m tests.fakes.azure_fake` runs one until SIGTERM and prints its connection details
+as one JSON line, for end-to-end tests where the provider lives in a separate daemon process
+(give that process REQUESTS_CA_BUNDLE=ca_bundle).
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import trustme
+
+from tests.fakes.gate import Gate, Gates
 
 JSON = dict[str, Any]
 
@@ -196,6 +199,7 @@ class FakeAzure:
         self.marketplace = {("canonical", "ubuntu-24_04-lts", "server"): ["24.04.202501010"]}
         self.lock = threading.RLock()
         self.state = FakeState()
+        self.gates = Gates()
         self._pending_failure: Fault | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="azure-fake-")
         self._server: _Server | None = None
@@ -225,6 +229,7 @@ class FakeAzure:
         return self
 
     def stop(self) -> None:
+        self.gates.release_all()
         if self._server is not None:
             self._server.shutdown()
             self._server.close_connections()
@@ -342,6 +347,11 @@ class FakeAzure:
             self.state.slowness.clear()
             self.state.capacity = None
 
+    def hold_next(self, contains: str, nth: int = 1, after: bool = False) -> Gate:
+        """Hold the `nth` next request whose `METHOD /path` contains `contains` (e.g.
+        "DELETE /subscriptions/"), before or after carrying it out, until released."""
+        return self.gates.add(contains, nth, after)
+
     def set_power_state(self, vm_name: str, power: str) -> None:
         with self.lock:
             self.state.vms[vm_name.lower()]["_power"] = power
@@ -382,6 +392,16 @@ class FakeAzure:
     # ----------------------------------------------------------------- request handling
 
     def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
+        gate = self.gates.arrive(f"{method} {unquote(urlsplit(raw_path).path)}")
+        if gate is not None and not gate.after:
+            gate.hold()
+            return Reply(503, {"error": {"code": "ServiceUnavailable", "message": "held"}})
+        reply = self._handle(method, raw_path, headers, body)
+        if gate is not None:
+            gate.hold()
+        return reply
+
+    def _handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
         parts = urlsplit(raw_path)
         path = unquote(parts.path)
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
@@ -940,6 +960,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if len(body) < length:  # the client died sending it: the cloud never got it
+            self.close_connection = True
+            return
         headers = {k.lower(): v for k, v in self.headers.items()}
         reply = self.server.fake.handle(self.command, self.path, headers, body)
         data = b"" if reply.body is None else json.dumps(reply.body).encode()

@@ -9,7 +9,8 @@ id, and key pairs. A new server is BUILD for `build_polls` reads, then ACTIVE, o
 the fault {"code": 500, "message": "No valid host was found. ..."} when capacity is exhausted.
 
 Faults are injected from the test process through thread-safe methods (`fail_next`,
-`fail_next_creates`, `limit_capacity`, `set_quota`, `set_build_polls`, `set_password`), or from
+`fail_next_creates`, `limit_capacity`, `set_quota`, `set_build_polls`, `set_password`,
+`hold_next`: tests/fakes/gate.py), or from
 another process by POSTing JSON to `/_fake/<method>` (see CONTROL_METHODS, `remote_control`).
 `python -m tests.fakes.openstack_fake CLOUDS_YAML` runs one until SIGTERM, writes a clouds.yaml
 for it and prints its connection details as one JSON line, for end-to-end tests where the
@@ -38,6 +39,8 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import requests
+
+from tests.fakes.gate import Gate, Gates
 
 JSON = dict[str, Any]
 
@@ -206,6 +209,7 @@ class FakeOpenStack:
         self.user_id = uuid.uuid5(uuid.NAMESPACE_DNS, USERNAME).hex
         self.lock = threading.RLock()
         self.state = FakeState()
+        self.gates = Gates()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
@@ -222,6 +226,7 @@ class FakeOpenStack:
         return self
 
     def stop(self) -> None:
+        self.gates.release_all()
         if self._server is not None:
             self._server.shutdown()
             self._server.close_connections()
@@ -364,6 +369,11 @@ class FakeOpenStack:
             self.state.capacity_faults = 0
             self.state.quota_instances = None
 
+    def hold_next(self, contains: str, nth: int = 1, after: bool = False) -> Gate:
+        """Hold the `nth` next request whose `METHOD /path` contains `contains` (e.g.
+        "POST /compute/v2.1/servers"), before or after carrying it out, until released."""
+        return self.gates.add(contains, nth, after)
+
     # ----------------------------------------------------------------- inspection
 
     def servers(self) -> list[JSON]:
@@ -385,6 +395,16 @@ class FakeOpenStack:
     # ----------------------------------------------------------------- request handling
 
     def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
+        gate = self.gates.arrive(f"{method} {unquote(urlsplit(raw_path).path)}")
+        if gate is not None and not gate.after:
+            gate.hold()
+            return Reply(503, {"error": {"code": 503, "message": "held, never carried out"}})
+        reply = self._handle(method, raw_path, headers, body)
+        if gate is not None:
+            gate.hold()
+        return reply
+
+    def _handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
         parts = urlsplit(raw_path)
         path = unquote(parts.path)
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
@@ -942,6 +962,9 @@ class _Handler(BaseHTTPRequestHandler):
     def _serve(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(length) if length else b""
+        if len(body) < length:  # the client died sending it: the cloud never got it
+            self.close_connection = True
+            return
         headers = {k.lower(): v for k, v in self.headers.items()}
         reply = self.server.fake.handle(self.command, self.path, headers, body)
         data = b"" if reply.body is None else json.dumps(reply.body).encode()

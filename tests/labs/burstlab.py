@@ -45,6 +45,8 @@ class BurstLabSpec:
     interval_s: float = 5.0
     heartbeat_stale_s: float = 600.0
     boot_timeout_s: float = 90.0
+    orphan_grace_s: float = 30.0
+    slurm_bin_dir: str = "/usr/bin"  # cm-scale's Slurm clients (a crash test wraps scontrol)
     health_check: str | None = None  # HealthCheckProgram path, if any
     extra_conf: Sequence[str] = ()
     metrics_port: int = 0
@@ -144,7 +146,7 @@ head_address = "{self.head_address}:{self.lab.port}"
 url = "{self.db_url}"
 
 [slurm]
-bin_dir = "/usr/bin"
+bin_dir = "{s.slurm_bin_dir}"
 command_timeout_s = 30
 
 [[providers]]
@@ -178,7 +180,7 @@ timeout_s = 5
 interval_s = {overrides.get("interval_s", s.interval_s)}
 reconcile_interval_s = 30
 state_dir = "{self.state_dir}"
-orphan_grace_s = 30
+orphan_grace_s = {s.orphan_grace_s}
 heartbeat_stale_s = {s.heartbeat_stale_s}
 metrics_port = {s.metrics_port}
 """

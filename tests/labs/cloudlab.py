@@ -44,12 +44,35 @@ NODES = "burst-[1-3]"
 
 
 @dataclass(frozen=True)
+class LabOptions:
+    """What a lab may change from the e2e defaults (the crash campaign bursts 200 nodes
+    that never register, catches cm-scale in a wrapped scontrol, sweeps orphans at once)."""
+
+    nodes: str = NODES
+    boot: bool = True  # a BootAgent boots a real slurmd behind every instance
+    slurm_bin_dir: Path | None = None  # cm-scale's Slurm clients ([slurm] bin_dir)
+    interval_s: float = 2
+    orphan_grace_s: float = 30
+    boot_timeout_s: float = 120
+    policy_chain: tuple[dict[str, Any], ...] = (
+        {"name": "queue_depth"},
+        {"name": "idle_timeout", "options": {"minutes": 0.2, "margin_s": 0}},
+    )
+    fake: dict[str, Any] = field(default_factory=dict)  # options of the cloud's fake
+    daemon: dict[str, Any] = field(default_factory=dict)  # more [daemon] keys
+    provider: dict[str, Any] = field(default_factory=dict)  # more keys of the provider
+    database: dict[str, Any] = field(default_factory=dict)  # [database] keys (url too)
+    suspend_timeout_s: int = 5  # Slurm's SuspendTimeout
+    slurm_conf: tuple[str, ...] = ()  # more slurm.conf lines (a later key wins)
+
+
+@dataclass(frozen=True)
 class CloudKind:
     """What differs per cloud: its harness, the network its fake hands addresses from, and
     the launch fields its templates need."""
 
     name: str
-    harness: Callable[[Path], contextlib.AbstractContextManager[Any]]
+    harness: Callable[..., contextlib.AbstractContextManager[Any]]  # (tmp_path, **fake options)
     network: str
     instance_types: tuple[str, ...]
     template: Callable[[Any], dict[str, Any]]
@@ -185,10 +208,17 @@ class BootAgent:
 class CloudLab:
     """slurmctld + one cloud's fake + cm-scale's config for it; `daemon()` runs cm-scale."""
 
-    def __init__(self, workdir: Path, kind: CloudKind, harness: ContractHarness):
+    def __init__(
+        self,
+        workdir: Path,
+        kind: CloudKind,
+        harness: ContractHarness,
+        options: LabOptions | None = None,
+    ):
         self.workdir = workdir
         self.kind = kind
         self.harness = harness
+        self.options = options or LabOptions()
         self.subnet = net.Subnet.parse(kind.network)
         self.config_path = workdir / "clustermgr.toml"
         self.state_dir = workdir / "state"
@@ -197,7 +227,11 @@ class CloudLab:
         # billed by the second: the idle-timeout policy may stop an idle node at once
         # (by the hour, as OpenStack is by default, it keeps it to the end of the hour paid)
         self.settings: ProviderSettings = harness.settings(  # type: ignore[attr-defined]
-            name=PROVIDER, billing_increment_s=1, billing_minimum_s=0, **kind.provider
+            name=PROVIDER,
+            billing_increment_s=1,
+            billing_minimum_s=0,
+            **kind.provider,
+            **self.options.provider,
         )
 
     @property
@@ -210,33 +244,36 @@ class CloudLab:
         os.chmod(self.workdir, 0o755)  # noqa: S103 - SlurmUser runs the hooks from here
         head = net.ensure_bridge_for(self.subnet)
         hooks = {kind: self._hook_wrapper(kind) for kind in HOOKS}
+        nodes = self.options.nodes
         self.slurm = SlurmLab(
             self.workdir / "slurm",
             [
                 NodeGroup(
-                    NODES,
+                    nodes,
                     cpus=2,
                     memory_mb=1000,
                     features=(PROVIDER, self.settings.region, "burst"),
                 )
             ],
-            [Partition("gpu", NODES, default=True)],
+            [Partition("gpu", nodes, default=True)],
             controller_address=head,
             resume_program=hooks["resume"],
             suspend_program=hooks["suspend"],
             resume_fail_program=hooks["resume-fail"],
             suspend_time=3600,
             resume_timeout=300,
-            suspend_timeout=5,
+            suspend_timeout=self.options.suspend_timeout_s,
+            extra_conf=self.options.slurm_conf,
         )
         self.slurm.start()
         self.write_config()
         for step in (("db", "upgrade"), ("nodes", "sync")):
             self.clustermgr(*step)
-        agent_provider = make_provider(self.settings, CLUSTER)
-        self.agent = BootAgent(
-            agent_provider, self.subnet, self.slurm.conf_server, self.slurm.log_dir
-        ).start()
+        if self.options.boot:
+            agent_provider = make_provider(self.settings, CLUSTER)
+            self.agent = BootAgent(
+                agent_provider, self.subnet, self.slurm.conf_server, self.slurm.log_dir
+            ).start()
         return self
 
     def _hook_wrapper(self, kind: str) -> str:
@@ -251,38 +288,41 @@ class CloudLab:
     def write_config(self) -> None:
         assert self.slurm is not None
         provider = self.settings.model_dump(mode="json", exclude_unset=True)
+        opts = self.options
         template = {
             "name": "burst",
             "provider": PROVIDER,
             "partition": "gpu",
-            "nodes": NODES,
+            "nodes": opts.nodes,
             "instance_types": list(self.kind.instance_types),
             "cpus": 2,
             "memory_mb": 1000,
             "features": ["burst"],
             "demand_mode": "policy",
-            "boot_timeout_s": 120,
+            "boot_timeout_s": opts.boot_timeout_s,
             **self.kind.template(self.harness),
         }
-        config = {
+        config: dict[str, Any] = {
             "cluster": {"name": CLUSTER, "head_address": self.slurm.conf_server},
-            "database": {"url": f"sqlite:///{self.workdir / 'cm.db'}"},
+            "database": {"url": self.db_url, **opts.database},
             "providers": [provider],
             "templates": [template],
-            "policy": {
-                "chain": [
-                    {"name": "queue_depth"},
-                    {"name": "idle_timeout", "options": {"minutes": 0.2, "margin_s": 0}},
-                ],
-            },
+            "policy": {"chain": [dict(link) for link in opts.policy_chain]},
             "daemon": {
-                "interval_s": 2,
+                "interval_s": opts.interval_s,
                 "state_dir": str(self.state_dir),
-                "orphan_grace_s": 30,
+                "orphan_grace_s": opts.orphan_grace_s,
                 "heartbeat_stale_s": 3600,
+                **opts.daemon,
             },
         }
+        if opts.slurm_bin_dir is not None:
+            config["slurm"] = {"bin_dir": str(opts.slurm_bin_dir)}
         self.config_path.write_text(tomli_w.dumps(config))
+
+    @property
+    def db_url(self) -> str:
+        return str(self.options.database.get("url") or f"sqlite:///{self.workdir / 'cm.db'}")
 
     # --- commands ----------------------------------------------------------------------
 
@@ -353,8 +393,7 @@ class CloudLab:
             if condition():
                 print(f"{what}: {time.monotonic() - start:.1f} s")  # in the report on failure
                 return
-            assert self.agent is not None
-            assert not self.agent.errors, self.agent.errors
+            assert self.agent is None or not self.agent.errors, self.agent.errors
             time.sleep(0.5)
         raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}\n{self.tail()}")
 
@@ -386,11 +425,12 @@ class CloudLab:
 
 
 @contextlib.contextmanager
-def cloud_lab(workdir: Path, cloud: str) -> Iterator[CloudLab]:
+def cloud_lab(workdir: Path, cloud: str, options: LabOptions | None = None) -> Iterator[CloudLab]:
     kind = CLOUDS[cloud]
     (workdir / "harness").mkdir()
-    with kind.harness(workdir / "harness") as harness:
-        lab = CloudLab(workdir, kind, harness)
+    fake_options = options.fake if options is not None else {}
+    with kind.harness(workdir / "harness", **fake_options) as harness:
+        lab = CloudLab(workdir, kind, harness, options)
         try:
             yield lab.start()
         finally:
