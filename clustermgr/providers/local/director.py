@@ -5,21 +5,35 @@ slurmd.
 
 The launch spec says which: `tags["clustermgr-role"] == "director"` (directors/lifecycle.py
 sets it). Its user data is a small TOML document (`#clustermgr-director` on the first line)
-with the facts the director needs; secrets travel as file paths, never as values:
+with the facts the director needs; secrets travel as file paths, never as values
+(directors/userdata.py renders it from [ldap] and [images] when `[[directors]]` names no
+`user_data_file`):
 
     #clustermgr-director
     suffix = "dc=example,dc=org"
     admin_dn = "cn=admin,dc=example,dc=org"     # default: cn=admin,<suffix>
     password_file = "/etc/clustermgr/director-ldap.secret"   # rootpw of both databases
-    image_root = "/var/lib/clustermgr/director/image"        # rsync module "image"
+    rsync_module = "clustermgr-images"          # default: "image"
+    image_root = "/var/lib/clustermgr/director/image"   # default: <workdir>/image
+    munge_key = "/etc/munge/munge.key"          # optional: served as clustermgr-keys/munge.key
+    keys_hosts_allow = "10.213.7.0/24"          # optional: who may read clustermgr-keys
+    ldap_port = 389                             # slapd's port (default 389)
+    rsync_port = 873                            # the rsync daemon's port (default 873)
 
-The instance's files (slapd.d, its database, rsyncd.conf) live in `workdir`, which the
-provider removes with the instance.
+The rsync daemon serves two modules: `rsync_module` (writable, the images root: clustermgr
+syncs each image into `<module>/<image>/`) with `numeric ids = yes` and `munge symlinks = no`
+(so the tree's symlinks and owners arrive as they are on the head), and `clustermgr-keys`
+(read-only: the munge key the nodes' user data fetches at boot, images/*.cloud-init.tmpl).
+
+The instance's files (slapd.d, its database, rsyncd.conf, the image copy unless
+`image_root` says otherwise, the keys) live in `workdir`, which the provider removes with
+the instance: a replacement director starts empty, as a new cloud instance would.
 """
 
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 import tomllib
@@ -33,16 +47,18 @@ from clustermgr.providers.local.net import NETNS_DIR, TOOL_PATH, netns_name, sta
 DIRECTOR_MARK = "#clustermgr-director"
 TAG_ROLE = "clustermgr-role"
 ROLE_DIRECTOR = "director"
-RSYNC_MODULE = "image"
+RSYNC_MODULE = "image"  # the images module when the user data names none
+KEYS_MODULE = "clustermgr-keys"  # what images/*.cloud-init.tmpl fetch the munge key from
 SCHEMA_DIR = Path("/etc/ldap/schema")
 SCHEMAS = ("core", "cosine", "nis", "inetorgperson")
 MODULE_DIR = Path("/usr/lib/ldap")
 CONFIG_ADMIN = "cn=admin,cn=config"
+MODULE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # slapd and rsync in the namespace; the shell waits for both, so stopping it stops them.
 DIRECTOR_SCRIPT = (
     'exec "$0" --fork --kill-child "$1" "--net=$2" /bin/sh -c '
-    '\'"$0" -d 0 -F "$1" -h "ldap:///" & "$2" --daemon --no-detach "--config=$3" & wait\' '
-    '"$3" "$4" "$5" "$6"'
+    '\'"$0" -d 0 -F "$1" -h "$4" & "$2" --daemon --no-detach "--config=$3" & wait\' '
+    '"$3" "$4" "$5" "$6" "$7"'
 )
 
 
@@ -51,7 +67,12 @@ class DirectorBoot:
     suffix: str
     admin_dn: str
     password_file: Path
-    image_root: Path
+    image_root: Path | None = None  # None: <workdir>/image
+    rsync_module: str = RSYNC_MODULE
+    munge_key: Path | None = None
+    keys_hosts_allow: str | None = None
+    ldap_port: int = 389
+    rsync_port: int = 873
 
 
 def is_director_spec(spec: LaunchSpec) -> bool:
@@ -71,19 +92,41 @@ def parse_boot(spec: LaunchSpec) -> DirectorBoot:
             suffix=suffix,
             admin_dn=str(data.get("admin_dn") or f"cn=admin,{suffix}"),
             password_file=Path(str(data["password_file"])),
-            image_root=Path(str(data["image_root"])),
+            image_root=_path(data.get("image_root")),
+            rsync_module=str(data.get("rsync_module") or RSYNC_MODULE),
+            munge_key=_path(data.get("munge_key")),
+            keys_hosts_allow=str(data.get("keys_hosts_allow") or "") or None,
+            ldap_port=int(data.get("ldap_port") or 389),
+            rsync_port=int(data.get("rsync_port") or 873),
         )
-    except (tomllib.TOMLDecodeError, KeyError) as exc:
+        if not MODULE_NAME.fullmatch(boot.rsync_module) or boot.rsync_module == KEYS_MODULE:
+            raise KeyError(f"rsync_module {boot.rsync_module!r} is not a usable module name")
+    except (tomllib.TOMLDecodeError, KeyError, ValueError, TypeError) as exc:
         why = f"not a director's facts: {exc}"
         raise invalid("local", spec.template, "user_data", user_data[:40], why) from None
     return boot
+
+
+def _path(value: object) -> Path | None:
+    return Path(str(value)) if value else None
+
+
+def image_root_of(boot: DirectorBoot, workdir: Path) -> Path:
+    return boot.image_root or workdir / "image"
 
 
 def write_configs(workdir: Path, boot: DirectorBoot) -> tuple[Path, Path]:
     """slapd's cn=config directory (built by slaptest) and rsyncd.conf, under `workdir`."""
     password = boot.password_file.read_text().splitlines()[0].strip()
     (workdir / "data").mkdir(parents=True, exist_ok=True)
-    boot.image_root.mkdir(parents=True, exist_ok=True)
+    image_root = image_root_of(boot, workdir)
+    image_root.mkdir(parents=True, exist_ok=True)
+    keys = workdir / "keys"
+    keys.mkdir(mode=0o700, exist_ok=True)
+    if boot.munge_key is not None:
+        key = keys / "munge.key"
+        key.write_bytes(boot.munge_key.read_bytes())
+        key.chmod(0o400)
     includes = "\n".join(f"include {SCHEMA_DIR / name}.schema" for name in SCHEMAS)
     conf = workdir / "slapd.conf"
     conf.write_text(
@@ -110,10 +153,15 @@ def write_configs(workdir: Path, boot: DirectorBoot) -> tuple[Path, Path]:
             raise NetError(why, code="SpawnFailed")
     conf.unlink()
     rsyncd = workdir / "rsyncd.conf"
+    allow = f"hosts allow = {boot.keys_hosts_allow}\n" if boot.keys_hosts_allow else ""
     rsyncd.write_text(
-        f"pid file = {workdir}/rsyncd.pid\nuse chroot = no\nuid = root\ngid = root\n"
-        "reverse lookup = no\n\n"
-        f"[{RSYNC_MODULE}]\npath = {boot.image_root}\nread only = no\n"
+        f"pid file = {workdir}/rsyncd.pid\nport = {boot.rsync_port}\n"
+        "use chroot = no\nuid = root\ngid = root\n"
+        # owners by number and symlinks as they are (use chroot = no would otherwise rewrite
+        # every symlink target under /rsyncd-munged/)
+        "numeric ids = yes\nmunge symlinks = no\nreverse lookup = no\n\n"
+        f"[{boot.rsync_module}]\npath = {image_root}\nread only = no\n\n"
+        f"[{KEYS_MODULE}]\npath = {keys}\nread only = yes\n{allow}"
     )
     return config_dir, rsyncd
 
@@ -123,7 +171,12 @@ def spawn_director(
 ) -> tuple[int, int | None]:
     """slapd + rsync daemon in the instance's namespace, in a new session, detached:
     (pid, start time) of the session leader, as `net.spawn_slurmd` returns."""
-    config_dir, rsyncd = write_configs(workdir, boot)
+    try:
+        config_dir, rsyncd = write_configs(workdir, boot)
+    except OSError as exc:  # the password file or munge key unreadable, the disk full
+        raise NetError(
+            f"cannot set up the director {instance_id}: {exc}", code="SpawnFailed"
+        ) from None
     argv = [
         "/bin/sh",
         "-c",
@@ -135,6 +188,7 @@ def spawn_director(
         str(config_dir),
         tool("rsync") or "/usr/bin/rsync",
         str(rsyncd),
+        f"ldap://:{boot.ldap_port}/",
     ]
     log_path.parent.mkdir(parents=True, exist_ok=True)
     actions = [

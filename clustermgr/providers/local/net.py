@@ -160,12 +160,14 @@ def veth_name(instance_id: str) -> str:
 
 
 def create_network(instance_id: str, subnet: Subnet, address: str) -> None:
-    """A namespace whose eth0 (address/prefix) hangs on the bridge; undone on failure."""
+    """A namespace whose eth0 (address/prefix, MAC from the address) hangs on the bridge;
+    undone on failure."""
     ns, veth = netns_name(instance_id), veth_name(instance_id)
     try:
         ip("netns", "add", ns)
         ip("link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", ns)
         ip("link", "set", veth, "master", subnet.bridge, "up")
+        ip("-n", ns, "link", "set", "eth0", "address", mac_of(address))
         ip("-n", ns, "addr", "add", f"{address}/{subnet.prefix}", "dev", "eth0")
         ip("-n", ns, "link", "set", "lo", "up")
         ip("-n", ns, "link", "set", "eth0", "up")
@@ -173,6 +175,14 @@ def create_network(instance_id: str, subnet: Subnet, address: str) -> None:
     except ProviderError:
         delete_network(instance_id)
         raise
+
+
+def mac_of(address: str) -> str:
+    """eth0's MAC, from its address (locally administered: 02:00 + the 4 bytes): an
+    instance that gets a released address gets its MAC too, so the neighbours' ARP caches
+    stay right (with a new MAC, peers kept sending to the old one for up to a minute)."""
+    packed = ipaddress.IPv4Address(address).packed
+    return "02:00:" + ":".join(f"{byte:02x}" for byte in packed)
 
 
 def delete_network(instance_id: str) -> None:

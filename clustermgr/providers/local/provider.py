@@ -40,6 +40,11 @@ whose veth hangs on this provider's bridge (made by a version that recorded afte
 list_instances() shows a dead start as ERROR, so the engine re-issues its launch or treats
 it as an orphan, either of which sweeps it.
 
+Directors: a launch spec tagged clustermgr-role=director (directors/lifecycle.py) starts the
+lab director instead of slurmd (director.py: slapd and an rsync daemon in the namespace,
+its facts from the user data); its files live in `<state_dir>/directors/<id>`, removed
+with the instance. The same record, namespace, sweep and terminate apply.
+
 AUTH (the local provider's "credentials"): managing network namespaces needs root or
 CAP_NET_ADMIN, and the state dir must be creatable, owned by the current user and
 writable. Otherwise every call raises ProviderError(AUTH) naming what is wrong.
@@ -50,9 +55,11 @@ from __future__ import annotations
 import logging
 import os
 import secrets
+import shutil
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
 from clustermgr.errors import ErrorKind, ProviderError
@@ -74,6 +81,12 @@ from clustermgr.providers.local.client import (
     can_manage_namespaces,
     slurmd_path,
     state_dir_of,
+)
+from clustermgr.providers.local.director import (
+    DirectorBoot,
+    is_director_spec,
+    parse_boot,
+    spawn_director,
 )
 from clustermgr.providers.local.shapes import CATALOG, CATALOG_BY_NAME, conf_server_from
 from clustermgr.providers.local.state import InstanceRecord, State, check_state_dir, locked
@@ -135,7 +148,9 @@ class LocalProvider:
 
     # --- launching --------------------------------------------------------------------
 
-    def _validate(self, spec: LaunchSpec, count: int) -> tuple[InstanceType, str]:
+    def _validate(self, spec: LaunchSpec, count: int) -> tuple[InstanceType, str | DirectorBoot]:
+        """The instance type, and what the instances start with: slurmd's conf server,
+        or a director's facts."""
         if not spec.instance_types:
             raise invalid(self.name, spec.template, "instance_types", "", "is empty")
         for name in spec.instance_types:
@@ -154,10 +169,11 @@ class LocalProvider:
                 ",".join(spec.node_names),
                 f"the local provider needs a node name per instance ({count} asked)",
             )
-        return CATALOG_BY_NAME[spec.instance_types[0]], conf_server_from(spec)
+        itype = CATALOG_BY_NAME[spec.instance_types[0]]
+        return itype, parse_boot(spec) if is_director_spec(spec) else conf_server_from(spec)
 
     def launch(self, spec: LaunchSpec, count: int, request_id: str) -> LaunchResult:
-        itype, conf_server = self._validate(spec, count)
+        itype, boot = self._validate(spec, count)
         self._authorize()
         net.ensure_bridge_for(self.subnet)
         result = LaunchResult(request_id=request_id, requested=count)
@@ -165,7 +181,7 @@ class LocalProvider:
         with locked(self.state_dir) as state:
             self.sweep(state)
             try:
-                self._launch_locked(state, spec, itype, conf_server, names, result)
+                self._launch_locked(state, spec, itype, boot, names, result)
             finally:
                 state.save()
         return result
@@ -192,6 +208,7 @@ class LocalProvider:
                 log.warning("local: could not remove %s: %s", instance_id, exc.args[0])
                 continue
             state.instances.pop(instance_id, None)
+            self._remove_workdir(instance_id)
             removed.append(instance_id)
         state.save()
         if removed:
@@ -203,7 +220,7 @@ class LocalProvider:
         state: State,
         spec: LaunchSpec,
         itype: InstanceType,
-        conf_server: str,
+        boot: str | DirectorBoot,
         names: list[str],
         result: LaunchResult,
     ) -> None:
@@ -235,7 +252,7 @@ class LocalProvider:
                 )
                 return
             try:
-                rec = self._start_one(state, spec, itype, conf_server, node, result.request_id)
+                rec = self._start_one(state, spec, itype, boot, node, result.request_id)
             except ProviderError as exc:
                 result.errors.append(
                     LaunchError(exc.kind, exc.code or "LaunchFailed", str(exc.args[0]), itype.name)
@@ -260,7 +277,7 @@ class LocalProvider:
         state: State,
         spec: LaunchSpec,
         itype: InstanceType,
-        conf_server: str,
+        boot: str | DirectorBoot,
         node: str,
         request_id: str,
     ) -> InstanceRecord:
@@ -287,11 +304,10 @@ class LocalProvider:
         try:
             net.create_network(instance_id, self.subnet, address)
             try:
-                pid, started = net.spawn_slurmd(
-                    instance_id, node, conf_server, self.slurmd, log_path
-                )
+                pid, started = self._spawn(instance_id, node, boot, log_path)
             except ProviderError:
                 net.delete_network(instance_id)
+                self._remove_workdir(instance_id)
                 raise
         except ProviderError:
             del state.instances[instance_id]
@@ -302,6 +318,20 @@ class LocalProvider:
         state.save()
         log.info("local: started %s as %s at %s (pid %d)", node, instance_id, address, pid)
         return rec
+
+    def _spawn(
+        self, instance_id: str, node: str, boot: str | DirectorBoot, log_path: Path
+    ) -> tuple[int, int | None]:
+        if isinstance(boot, DirectorBoot):
+            return spawn_director(instance_id, boot, self._workdir(instance_id), log_path)
+        return net.spawn_slurmd(instance_id, node, boot, self.slurmd, log_path)
+
+    def _workdir(self, instance_id: str) -> Path:
+        """A director's files (slapd, rsyncd.conf, its image copy); slurmd has none."""
+        return self.state_dir / "directors" / instance_id
+
+    def _remove_workdir(self, instance_id: str) -> None:
+        shutil.rmtree(self._workdir(instance_id), ignore_errors=True)
 
     def _stall(self, state: State, at: str) -> None:
         """faults.json's `stall` (tests): wait at `at`, the fault's use saved first."""
@@ -337,6 +367,7 @@ class LocalProvider:
                     failures.append(f"{rec.instance_id}: {exc.args[0]}")
                     continue
                 del state.instances[rec.instance_id]
+                self._remove_workdir(rec.instance_id)
             state.save()
         if failures:
             raise ProviderError(
