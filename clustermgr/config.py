@@ -368,6 +368,13 @@ class DirectorSettings(StrictModel):
     health_timeout_s: float = Field(3.0, gt=0)  # one TCP connect
     images: list[str] = []  # image names whose current revision must be verified on it
     ldap: bool = False  # READY needs its LDAP replica in state "ok"
+    # the director's user data: a template (@{name} placeholders, directors/userdata.py);
+    # None: a local provider's lab director gets its facts from [ldap] and [images], a
+    # cloud director none (its machine image sets up slapd and the rsync daemon)
+    user_data_file: Path | None = None
+    # the munge key the director serves to its region's nodes (rsync module clustermgr-keys):
+    # its path on the head, a fact for the user data (the lab director copies it)
+    munge_key_file: Path | None = None
 
     @model_validator(mode="after")
     def _check(self) -> DirectorSettings:

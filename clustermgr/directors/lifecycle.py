@@ -53,6 +53,7 @@ from clustermgr.directors.state import (
     region_of,
     transition,
 )
+from clustermgr.directors.userdata import render_user_data
 from clustermgr.errors import ClusterMgrError, ProviderError
 from clustermgr.providers.base import CloudInstance, InstanceState, LaunchSpec, Provider
 from clustermgr.reasons import Reason
@@ -341,31 +342,45 @@ class DirectorLifecycle:
             if not self._terminate(info, report):
                 return None
             return self._move(info, D.STOPPED, step.reason, report, forget=True)
-        if step.action in (Action.LAUNCH, Action.REPLACE):
+        if step.action in (Action.LAUNCH, Action.REPLACE, Action.RELAUNCH):
             assert spec is not None
+            user_data = self._user_data(spec, info, report)
+            if user_data is None:
+                return None
+            if step.action is Action.RELAUNCH:
+                return self._launch(spec, info, user_data, report)
             if step.action is Action.REPLACE and not self._terminate(info, report):
                 return None
             request_id = new_request_id()
             launching = self._move(
                 info, D.LAUNCHING, f"{step.reason} (request {request_id})", report, request_id
             )
-            return self._launch(spec, launching, report)
-        if step.action is Action.RELAUNCH:
-            assert spec is not None
-            return self._launch(spec, info, report)
+            return self._launch(spec, launching, user_data, report)
         if step.action is Action.ADOPT and step.instance is not None:
             return self._bind(info, step.instance, step.reason, report)
         return None
 
     # --- the primitives (each commits before or after its one outside call) ---------------
 
-    def _launch(
+    def _user_data(
         self, spec: DirectorSettings, info: DirectorInfo, report: PassReport
+    ) -> str | None:
+        """The director's user data; None (and the reason reported) when it cannot be made:
+        nothing is launched, and the next pass tries again."""
+        try:
+            return render_user_data(self.settings, spec, info.name)
+        except ClusterMgrError as exc:
+            report.errors.append(f"{info.name}: not launched: {exc}")
+            log.warning("director %s not launched: %s", info.name, exc)
+            return None
+
+    def _launch(
+        self, spec: DirectorSettings, info: DirectorInfo, user_data: str, report: PassReport
     ) -> DirectorInfo:
         assert info.request_id is not None
         try:
             provider = self.provider_of(info.provider)
-            result = provider.launch(launch_spec(spec, info.name), 1, info.request_id)
+            result = provider.launch(launch_spec(spec, info.name, user_data), 1, info.request_id)
         except ProviderError as exc:
             why = str(Reason(exc.kind.value, f"{exc.code or 'ProviderError'}: {exc.args[0]}"))
             return self._move(info, D.LOST, f"launch failed: {why}", report)

@@ -1,0 +1,127 @@
+"""A director's user data: what its instance boots with.
+
+`[[directors]] user_data_file` is a template with `@{name}` placeholders (as images/ use),
+rendered with the director's facts (`DirectorFacts`: names, the LDAP replica's suffix, DN,
+port and password *file*, the rsync module and port, the munge key *file*, the region's
+subnet). Without one, a local provider's director gets the lab director's
+`#clustermgr-director` facts (providers/local/director.py) built from [ldap] and [images],
+so the defaults work end to end; a cloud director gets none (its machine image sets up slapd
+and the rsync daemon). Secrets travel as file paths only, never as values.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+
+from clustermgr.bootstrap import AtTemplate
+from clustermgr.config import DirectorSettings, Settings
+from clustermgr.errors import ConfigError
+from clustermgr.providers.local.director import DIRECTOR_MARK
+
+CONFIG_SUFFIX = ",cn=config"
+
+
+@dataclass(frozen=True)
+class DirectorFacts:
+    """The `@{name}` placeholders of a director's user-data template (all strings; empty
+    when not configured)."""
+
+    cluster: str
+    director: str  # the director's name, director-<provider>-<region>
+    provider: str
+    provider_type: str
+    region: str
+    subnet: str  # the local provider's subnet (who may read the keys module)
+    ldap_suffix: str
+    ldap_admin_dn: str  # the replica database's rootdn (what a pull sync writes as)
+    ldap_password_file: str  # [ldap.replica]'s password file: both of its admin passwords
+    ldap_port: str
+    rsync_module: str  # [images] rsync_module: where clustermgr syncs the images
+    rsync_port: str
+    munge_key_file: str  # [[directors]] munge_key_file: served as clustermgr-keys/munge.key
+
+
+def director_facts(settings: Settings, spec: DirectorSettings, name: str) -> DirectorFacts:
+    provider = settings.provider(spec.provider)
+    ldap = settings.ldap
+    suffix = admin_dn = password_file = port = ""
+    if ldap is not None:
+        suffix, port = ldap.suffix, str(ldap.replica.port)
+        replica_dn = ldap.replica.admin_dn
+        # syncrepl writes cn=config as its admin; the database's rootdn is then the default
+        is_config = replica_dn.lower().replace(" ", "").endswith(CONFIG_SUFFIX)
+        admin_dn = f"cn=admin,{suffix}" if is_config else replica_dn
+        creds = ldap.replica.credentials
+        if creds.source == "password_file" and creds.secret_file:
+            password_file = str(creds.secret_file)
+    return DirectorFacts(
+        cluster=settings.cluster.name,
+        director=name,
+        provider=provider.name,
+        provider_type=provider.type,
+        region=provider.region,
+        subnet=provider.subnet or "",
+        ldap_suffix=suffix,
+        ldap_admin_dn=admin_dn,
+        ldap_password_file=password_file,
+        ldap_port=port,
+        rsync_module=settings.images.rsync_module,
+        rsync_port=str(settings.images.rsync_port),
+        munge_key_file=str(spec.munge_key_file or ""),
+    )
+
+
+def render_user_data(settings: Settings, spec: DirectorSettings, name: str) -> str:
+    """The user data the director's instance is launched with (ConfigError: one line
+    naming the file, the placeholder or the missing setting)."""
+    facts = director_facts(settings, spec, name)
+    if spec.user_data_file is not None:
+        return render_file(spec, facts)
+    if facts.provider_type == "local":
+        return lab_director_facts(facts)
+    return ""
+
+
+def render_file(spec: DirectorSettings, facts: DirectorFacts) -> str:
+    path = spec.user_data_file
+    assert path is not None
+    where = f"directors[{spec.provider}].user_data_file {path}"
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigError(f"{where}: cannot read it: {exc.strerror or exc}") from None
+    try:
+        return AtTemplate(text).substitute(asdict(facts))
+    except KeyError as exc:
+        known = ", ".join(asdict(facts))
+        raise ConfigError(
+            f"{where}: unknown placeholder @{{{exc.args[0]}}} (known: {known})"
+        ) from None
+    except ValueError as exc:
+        raise ConfigError(f"{where}: {exc} (write @@ for a literal @)") from None
+
+
+def lab_director_facts(facts: DirectorFacts) -> str:
+    """The local lab director's `#clustermgr-director` TOML."""
+    if not facts.ldap_suffix or not facts.ldap_password_file:
+        raise ConfigError(
+            f"director {facts.director}: a local lab director needs an [ldap] table whose "
+            "replica credentials come from a password_file (its slapd's admin password), "
+            "or [[directors]] user_data_file"
+        )
+    lines = [
+        DIRECTOR_MARK,
+        f"suffix = {json.dumps(facts.ldap_suffix)}",
+        f"admin_dn = {json.dumps(facts.ldap_admin_dn)}",
+        f"password_file = {json.dumps(facts.ldap_password_file)}",
+        f"rsync_module = {json.dumps(facts.rsync_module)}",
+    ]
+    if facts.ldap_port:
+        lines.append(f"ldap_port = {facts.ldap_port}")
+    lines.append(f"rsync_port = {facts.rsync_port}")
+    if facts.munge_key_file:
+        lines.append(f"munge_key = {json.dumps(facts.munge_key_file)}")
+    if facts.subnet:
+        lines.append(f"keys_hosts_allow = {json.dumps(facts.subnet)}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,106 @@
+"""A director's user data: the lab director's facts from [ldap] and [images], a
+user_data_file template, and the one-line errors when neither can be made."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from clustermgr.config import Settings, parse_settings
+from clustermgr.directors.userdata import render_user_data
+from clustermgr.errors import ConfigError
+from clustermgr.providers.base import LaunchSpec
+from clustermgr.providers.local.director import KEYS_MODULE, parse_boot
+
+NAME = "director-local-here"
+
+
+def settings(tmp_path: Path, provider_type: str = "local", **director: Any) -> Settings:
+    provider: dict[str, Any] = {"name": "p", "type": provider_type, "region": "here"}
+    if provider_type == "local":
+        provider["subnet"] = "10.9.0.0/24"
+    else:
+        provider["credentials"] = {"source": "clouds_yaml", "cloud": "site"}
+    data: dict[str, Any] = {
+        "providers": [provider],
+        "templates": [
+            {
+                "name": "t",
+                "provider": "p",
+                "partition": "cloud",
+                "nodes": "n-[1-2]",
+                "instance_types": ["local.cpu"],
+                "image": "x",
+                "cpus": 2,
+                "memory_mb": 100,
+            }
+        ],
+        "directors": [{"provider": "p", "instance_type": "local.cpu", "image": "x", **director}],
+        "images": {"rsync_module": "site-images", "rsync_port": 8873},
+        "ldap": {
+            "suffix": "dc=example,dc=org",
+            "bases": ["ou=people,dc=example,dc=org"],
+            "head": {
+                "uri": "ldap://head",
+                "bind_dn": "cn=admin,dc=example,dc=org",
+                "credentials": {"source": "password_file", "secret_file": "/h.secret"},
+            },
+            "replica": {
+                "admin_dn": "cn=admin,cn=config",
+                "credentials": {"source": "password_file", "secret_file": "/r.secret"},
+            },
+        },
+    }
+    return parse_settings(data)
+
+
+def director_spec(user_data: str) -> LaunchSpec:
+    return LaunchSpec(
+        template=NAME,
+        instance_types=("local.cpu",),
+        image="x",
+        node_names=(NAME,),
+        user_data=user_data,
+        tags={"clustermgr-role": "director"},
+    )
+
+
+def test_a_local_director_gets_the_lab_facts_its_provider_reads(tmp_path: Path) -> None:
+    conf = settings(tmp_path, munge_key_file="/etc/munge/munge.key")
+    text = render_user_data(conf, conf.directors[0], NAME)
+    boot = parse_boot(director_spec(text))
+    assert boot.suffix == "dc=example,dc=org"
+    assert boot.admin_dn == "cn=admin,dc=example,dc=org"  # cn=config DN: the rootdn default
+    assert boot.password_file == Path("/r.secret")
+    assert (boot.rsync_module, boot.rsync_port, boot.ldap_port) == ("site-images", 8873, 389)
+    assert boot.munge_key == Path("/etc/munge/munge.key") and boot.image_root is None
+    assert boot.keys_hosts_allow == "10.9.0.0/24" and boot.rsync_module != KEYS_MODULE
+    assert "secret" not in text.replace("/r.secret", "")  # a path, never a password
+
+
+def test_a_user_data_file_is_rendered_with_the_facts(tmp_path: Path) -> None:
+    template = tmp_path / "director.tmpl"
+    template.write_text("#cloud-config\n# @{director} @{ldap_suffix} @{rsync_module} @@x\n")
+    conf = settings(tmp_path, "openstack", user_data_file=str(template))
+    text = render_user_data(conf, conf.directors[0], NAME)
+    assert text == f"#cloud-config\n# {NAME} dc=example,dc=org site-images @x\n"
+    template.write_text("@{nope}")
+    with pytest.raises(ConfigError, match=r"unknown placeholder @\{nope\}"):
+        render_user_data(conf, conf.directors[0], NAME)
+    template.unlink()
+    with pytest.raises(ConfigError, match="cannot read it"):
+        render_user_data(conf, conf.directors[0], NAME)
+
+
+def test_a_cloud_director_without_a_file_gets_none(tmp_path: Path) -> None:
+    conf = settings(tmp_path, "openstack")
+    assert render_user_data(conf, conf.directors[0], NAME) == ""
+
+
+def test_a_lab_director_without_ldap_passwords_says_what_to_set(tmp_path: Path) -> None:
+    conf = settings(tmp_path)
+    no_ldap = conf.model_copy(update={"ldap": None})
+    with pytest.raises(ConfigError, match="needs an \\[ldap\\] table"):
+        render_user_data(no_ldap, no_ldap.directors[0], NAME)
