@@ -2,6 +2,9 @@
 
 - `scale` runs the full cycle every [daemon] interval_s, earlier when a hook pokes the
   socket, then the director lifecycle's pass (with the cycle's demand; [[directors]]);
+  `director-sync` runs the image and LDAP syncs the pass queued for SYNCING directors, and
+  every [images] sync_interval_s those of every serving director, outside the scale lock
+  (directors/syncing.py): a long rsync never holds up a cycle;
   `reconcile` runs observe + reconcile only; `catalog` refreshes instance types.
   Jobs never overlap (one lock), so SIGTERM waits for the step in progress and exits:
   a plan is never left half-applied.
@@ -20,6 +23,7 @@ import socket
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable, Collection, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -31,18 +35,21 @@ from clustermgr import sdnotify
 from clustermgr.config import Settings, load_settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import DaemonStatus, Node
-from clustermgr.directors.health import PortsAndReplicas
+from clustermgr.directors.health import PortsAndReplicas, Syncer
 from clustermgr.directors.lifecycle import DirectorLifecycle
+from clustermgr.directors.syncing import DirectorSync
 from clustermgr.errors import ClusterMgrError, ErrorKind
 from clustermgr.exposure import exposed_secret_files
 from clustermgr.leader import LeaderLock, make_lock
 from clustermgr.lifecycle import ACTIVE_CLOUD_STATES
 from clustermgr.metrics import Metrics, pending_gpus
 from clustermgr.pricing import price_of
+from clustermgr.providers.base import Provider
 from clustermgr.scaling.engine import CycleReport, Engine
 from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET, ensure_spool
 
 log = logging.getLogger("cm-scale")
+DIRECTOR_SYNC_POLL_S = 10.0
 
 
 class Daemon:
@@ -64,6 +71,8 @@ class Daemon:
         self.current_hourly_cost = 0.0  # set once per cycle, read by the heartbeat
         self.standby_until = 0.0  # after losing leadership, let a standby take over
         self.scheduler = BackgroundScheduler(timezone=UTC)
+        self.director_sync = DirectorSync(settings, database, wake=self._wake_director_sync)
+        self.last_scheduled_sync = 0.0  # time.monotonic() of the last full director sync
 
     @property
     def state_dir(self) -> Path:
@@ -119,6 +128,9 @@ class Daemon:
             ("catalog", self.catalog_job, d.catalog_refresh_s, None),
             ("heartbeat", self.heartbeat, min(5.0, d.interval_s / 2), None),
         ]
+        if self.settings.directors:
+            # queued syncs are picked up at once (woken by the pass) or within this period
+            jobs.append(("director-sync", self.director_sync_job, DIRECTOR_SYNC_POLL_S, None))
         for job_id, func, seconds, first in jobs:
             self.scheduler.add_job(
                 func,
@@ -149,6 +161,7 @@ class Daemon:
         with self.work_lock:
             self.settings = settings
             self.engine = engine
+            self.director_sync.settings = settings
             self._schedule()
         log.info("configuration reloaded from %s", self.config_path)
 
@@ -217,22 +230,34 @@ class Daemon:
         self.heartbeat()
 
     def run_directors(self, report: CycleReport) -> str:
-        """The director lifecycle's pass, after the cycle (it reads the cycle's demand)."""
-        lifecycle = DirectorLifecycle(
+        """The director lifecycle's pass, after the cycle (it reads the cycle's demand);
+        the syncs it asks for run in the director-sync job."""
+        return director_pass(
             self.settings,
             self.db,
             self.engine.provider,
-            PortsAndReplicas(self.settings, self.db),
-            actor=self.actor,
+            [self.director_sync],
+            report.demand,
+            self.actor,
         )
-        try:
-            done = lifecycle.run(report.demand)
-        except ClusterMgrError as exc:
-            log.warning("director pass failed: %s", exc)
-            return f"failed: {exc}"
-        for line in done.moves + done.errors:
-            log.info("director %s", line)
-        return done.summary()
+
+    def _wake_director_sync(self) -> None:
+        job = self.scheduler.get_job("director-sync")
+        if job is not None:
+            job.modify(next_run_time=datetime.now(UTC))
+
+    def director_sync_job(self) -> None:
+        """The syncs the lifecycle queued, then, every [images] sync_interval_s, those of
+        every serving director. Leader only; never under the scale lock."""
+        if self.stop_event.is_set() or self.role != "leader" or not self.lock.still_leader():
+            return
+        lines = self.director_sync.run_queued()
+        due = self.last_scheduled_sync + self.settings.images.sync_interval_s
+        if time.monotonic() >= due:
+            self.last_scheduled_sync = time.monotonic()
+            lines += self.director_sync.sync_scheduled()
+        for line in lines:
+            log.info("director sync: %s", line)
 
     def catalog_job(self) -> None:
         from clustermgr.catalog import store_catalog
@@ -307,6 +332,34 @@ class Daemon:
         except ClusterMgrError as exc:
             log.warning("heartbeat not recorded in the database: %s", exc)
         sdnotify.watchdog()
+
+
+def director_pass(
+    settings: Settings,
+    database: Database,
+    provider_of: Callable[[str], Provider],
+    syncers: Sequence[Syncer],
+    demand: Collection[str],
+    actor: str,
+) -> str:
+    """One pass of the director lifecycle with the default health check (what cm-scale and
+    `cm-scale --once` run after a cycle); its summary."""
+    lifecycle = DirectorLifecycle(
+        settings,
+        database,
+        provider_of,
+        PortsAndReplicas(settings, database),
+        syncers=syncers,
+        actor=actor,
+    )
+    try:
+        done = lifecycle.run(demand)
+    except ClusterMgrError as exc:
+        log.warning("director pass failed: %s", exc)
+        return f"failed: {exc}"
+    for line in done.moves + done.errors:
+        log.info("director %s", line)
+    return done.summary()
 
 
 def write_heartbeat(state_dir: Path, beat: dict[str, object]) -> None:

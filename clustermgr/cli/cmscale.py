@@ -89,11 +89,25 @@ def run_once(engine: object, state_dir: Path) -> None:
         }
         write_heartbeat(state_dir, beat)
         report = engine.cycle()
+        if engine.settings.directors and lock.still_leader():
+            report.directors = run_directors_inline(engine, report.demand)
     finally:
         lock.release()
     click.echo(report.summary())
     if report.error:
         raise SystemExit(1)
+
+
+def run_directors_inline(engine: object, demand: frozenset[str]) -> str:
+    """The director lifecycle's pass after the one cycle, its syncs run at once (there is
+    no director-sync job to hand them to)."""
+    from clustermgr.daemon import director_pass
+    from clustermgr.directors.syncing import DirectorSync
+    from clustermgr.scaling.engine import Engine
+
+    assert isinstance(engine, Engine)
+    syncer = DirectorSync(engine.settings, engine.db, inline=True)
+    return director_pass(engine.settings, engine.db, engine.provider, [syncer], demand, "cm-scale")
 
 
 def refuse_on_mismatch(app: object) -> None:
