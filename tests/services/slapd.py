@@ -77,12 +77,13 @@ class Slapd:
     admin_password: str
     config_password: str
     config_dn: str = CONFIG_DN
+    host: str = "127.0.0.1"  # the address it listens on (a lab bridge's, for namespaces)
     pid: int | None = None
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
     def uri(self) -> str:
-        return f"ldap://127.0.0.1:{self.port}"
+        return f"ldap://{self.host}:{self.port}"
 
     @property
     def log(self) -> Path:
@@ -111,7 +112,7 @@ class Slapd:
                 )
             with (
                 contextlib.suppress(OSError),
-                socket.create_connection(("127.0.0.1", self.port), 0.2),
+                socket.create_connection((self.host, self.port), 0.2),
             ):
                 return
             time.sleep(0.02)
@@ -157,6 +158,7 @@ def make_server(
     admin_password: str = ADMIN_PASSWORD,
     config_password: str = CONFIG_PASSWORD,
     extra_schemas: tuple[str, ...] = (),
+    host: str = "127.0.0.1",
 ) -> Slapd:
     """Write the config, load `seed_ldif` (slapadd), convert to cn=config; not started."""
     why = available()
@@ -187,7 +189,7 @@ def make_server(
     ldif.write_text(seed_ldif or "")  # empty: slapadd still creates the database files
     _run([str(SLAPADD), "-q", "-f", str(conf), "-l", str(ldif)])
     _run([str(SLAPTEST), "-f", str(conf), "-F", str(workdir / "slapd.d")])
-    return Slapd(workdir, free_port(), suffix, admin_dn, admin_password, config_password)
+    return Slapd(workdir, free_port(), suffix, admin_dn, admin_password, config_password, host=host)
 
 
 def _run(argv: list[str]) -> None:
