@@ -50,6 +50,7 @@ class BurstLabSpec:
     health_check: str | None = None  # HealthCheckProgram path, if any
     extra_conf: Sequence[str] = ()
     metrics_port: int = 0
+    extra_toml: str = ""  # appended to the config: [[directors]], [ldap], [images] tables
 
 
 class BurstLab:
@@ -184,7 +185,7 @@ orphan_grace_s = {s.orphan_grace_s}
 heartbeat_stale_s = {s.heartbeat_stale_s}
 metrics_port = {s.metrics_port}
 """
-        self.config_path.write_text(text)
+        self.config_path.write_text(text + s.extra_toml)
 
     # --- commands ------------------------------------------------------------------------
 
