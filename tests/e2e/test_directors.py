@@ -32,78 +32,12 @@ from clustermgr.providers.local.client import state_dir_of
 from clustermgr.providers.local.state import locked
 from tests.conftest import cannot_run
 from tests.labs.burstlab import BurstLab, BurstLabSpec
-from tests.services.slapd import (
-    SUFFIX,
-    Slapd,
-    SlapdUnavailable,
-    available,
-    directory_ldif,
-    make_server,
-)
+from tests.labs.directorlab import MOTD, director_tables, make_head
+from tests.services.slapd import SUFFIX, Slapd, SlapdUnavailable, available
 
 SUBNET = "10.213.21.0/24"
 NAME = director_name("local", "here")
 TEMPLATE = "local-gpu"
-ALICE = f"""dn: uid=alice,ou=people,{SUFFIX}
-objectClass: inetOrgPerson
-objectClass: posixAccount
-uid: alice
-cn: Alice
-sn: A
-uidNumber: 20001
-gidNumber: 20001
-homeDirectory: /home/alice
-loginShell: /bin/bash
-"""
-MOTD = "served by the director\n"
-
-
-def director_toml(workdir: Path, head: Slapd) -> str:
-    """[[directors]] for the local region (a lab director: its facts from [ldap] and
-    [images]), the image `base` and LDAP replication from the head slapd."""
-    (workdir / "head.secret").write_text(head.admin_password + "\n")
-    (workdir / "director.secret").write_text("director-secret\n")
-    for name in ("head.secret", "director.secret"):
-        (workdir / name).chmod(0o600)
-    tree = workdir / "tree"
-    (tree / "etc").mkdir(parents=True)
-    (tree / "etc" / "motd").write_text(MOTD)
-    (tree / "motd.link").symlink_to("etc/motd")
-    defs = workdir / "images"
-    defs.mkdir()
-    (defs / "base.toml").write_text(
-        f'name = "base"\ntree = "{tree}"\nuser_data = "base.tmpl"\n'
-        '[base.local]\nimage = "local.gpu2"\n'
-    )
-    (defs / "base.tmpl").write_text("#cloud-config\n# @{image} via @{director_address}\n")
-    return f"""
-[[directors]]
-provider = "local"
-instance_type = "local.cpu"
-image = "local"
-health_ports = [389, 873]
-boot_timeout_s = 60
-health_interval_s = 5
-images = ["base"]
-ldap = true
-
-[images]
-definitions_dir = "{defs}"
-
-[ldap]
-suffix = "{SUFFIX}"
-bases = ["ou=people,{SUFFIX}", "ou=groups,{SUFFIX}"]
-syncrepl_retry = "1 +"
-
-[ldap.head]
-uri = "{head.uri}"
-bind_dn = "{head.admin_dn}"
-credentials = {{ source = "password_file", secret_file = "{workdir / "head.secret"}" }}
-
-[ldap.replica]
-admin_dn = "cn=admin,cn=config"
-credentials = {{ source = "password_file", secret_file = "{workdir / "director.secret"}" }}
-"""
 
 
 @pytest.fixture
@@ -115,13 +49,9 @@ def lab(lab_dir: Path) -> Iterator[tuple[BurstLab, Slapd]]:
     if why:
         cannot_run(f"director end-to-end test cannot run: {why}")
     head_address = net.Subnet.parse(SUBNET).host_address  # the bridge's: namespaces reach it
-    head = make_server(
-        lab_dir / "head",
-        provider=True,
-        seed_ldif=directory_ldif() + "\n" + ALICE,
-        host=head_address,
-    )
-    spec = BurstLabSpec(subnet=SUBNET, extra_toml=director_toml(lab_dir, head))
+    head = make_head(lab_dir / "head", head_address)
+    tables = director_tables(lab_dir, head, base_image="local.gpu2", boot_timeout_s=60)
+    spec = BurstLabSpec(subnet=SUBNET, extra_toml=tables)
     burst = BurstLab(lab_dir, spec)
     try:
         burst.start()  # makes the bridge the head slapd listens on

@@ -36,7 +36,8 @@ from clustermgr.providers.local.state import locked
 from clustermgr.providers.registry import make_provider
 from tests.conftest import run_cli
 from tests.fakes.local_harness import skip_unless_possible
-from tests.services.slapd import SUFFIX, SlapdUnavailable, directory_ldif, make_server
+from tests.labs.directorlab import MOTD, MUNGE_KEY, director_tables, make_head
+from tests.services.slapd import SUFFIX, Slapd, SlapdUnavailable
 
 pytestmark = pytest.mark.integration
 
@@ -44,18 +45,6 @@ SUBNET = net.Subnet.parse("10.213.211.0/24")
 CLUSTER = "dirtest"
 NAME = director_name("local", "here")
 TEMPLATE = "local-cpu"
-DIRECTOR_PASSWORD = "director-secret"
-ALICE = f"""dn: uid=alice,ou=people,{SUFFIX}
-objectClass: inetOrgPerson
-objectClass: posixAccount
-uid: alice
-cn: Alice
-sn: A
-uidNumber: 20001
-gidNumber: 20001
-homeDirectory: /home/alice
-loginShell: /bin/bash
-"""
 
 
 @dataclass
@@ -125,19 +114,8 @@ class World:
         return json.loads(done.stdout)
 
 
-def write_config(tmp_path: Path, head_uri: str, bridge: str) -> Path:
-    (tmp_path / "head.secret").write_text("admin-secret\n")
-    (tmp_path / "director.secret").write_text(DIRECTOR_PASSWORD + "\n")
-    (tmp_path / "munge.key").write_bytes(b"not-a-real-munge-key\n")
-    for secret in ("head.secret", "director.secret", "munge.key"):
-        (tmp_path / secret).chmod(0o600)
-    defs = tmp_path / "images"
-    defs.mkdir()
-    (defs / "base.toml").write_text(
-        f'name = "base"\ntree = "{tmp_path / "tree"}"\nuser_data = "base.tmpl"\n'
-        '[base.local]\nimage = "local.cpu"\n'
-    )
-    (defs / "base.tmpl").write_text("#cloud-config\n# @{image} via @{director_address}\n")
+def write_config(tmp_path: Path, head: Slapd, bridge: str) -> Path:
+    tables = director_tables(tmp_path, head, base_image="local.cpu", boot_timeout_s=30)
     config = tmp_path / "clustermgr.toml"
     config.write_text(f"""
 [cluster]
@@ -164,45 +142,11 @@ image = "local"
 cpus = 2
 memory_mb = 1000
 
-[[directors]]
-provider = "local"
-instance_type = "local.cpu"
-image = "local"
-health_ports = [389, 873]
-boot_timeout_s = 30
-health_interval_s = 2
-images = ["base"]
-ldap = true
-munge_key_file = "{tmp_path / "munge.key"}"
-
-[images]
-definitions_dir = "{defs}"
-
-[ldap]
-suffix = "{SUFFIX}"
-bases = ["ou=people,{SUFFIX}", "ou=groups,{SUFFIX}"]
-syncrepl_retry = "1 +"
-
-[ldap.head]
-uri = "{head_uri}"
-bind_dn = "cn=admin,{SUFFIX}"
-credentials = {{ source = "password_file", secret_file = "{tmp_path / "head.secret"}" }}
-
-[ldap.replica]
-admin_dn = "cn=admin,cn=config"
-credentials = {{ source = "password_file", secret_file = "{tmp_path / "director.secret"}" }}
-
 [daemon]
 state_dir = "{tmp_path / "state"}"
 orphan_grace_s = 0
-""")
+{tables}""")
     return config
-
-
-def make_tree(root: Path) -> None:
-    (root / "etc").mkdir(parents=True)
-    (root / "etc" / "motd").write_text("served by the director\n")
-    (root / "motd.link").symlink_to("etc/motd")
 
 
 @pytest.fixture
@@ -218,17 +162,12 @@ def world(tmp_path: Path) -> Iterator[World]:
     try:
         net.create_network(client_id, SUBNET, SUBNET.instance_addresses()[-1])
         try:
-            head = make_server(
-                tmp_path / "head",
-                provider=True,
-                seed_ldif=directory_ldif() + "\n" + ALICE,
-                host=bridge,  # the director's syncrepl consumer reaches it across the bridge
-            )
+            # on the bridge: the director's syncrepl consumer reaches it from its namespace
+            head = make_head(tmp_path / "head", bridge)
             head.start()
         except SlapdUnavailable as exc:
             pytest.skip(str(exc))
-        make_tree(tmp_path / "tree")
-        config = write_config(tmp_path, head.uri, bridge)
+        config = write_config(tmp_path, head, bridge)
         settings = load_settings(config)
         db = Database(f"sqlite:///{tmp_path / 'cm.db'}")
         db.upgrade()
@@ -281,9 +220,9 @@ def check_serving(world: World, address: str, fetched: Path) -> None:
     copied = world.in_client("rsync", "-l", f"rsync://{address}/{module}/base/motd.link", str(link))
     assert link.readlink() == Path("etc/motd"), copied.stderr  # served as a symlink, intact
     motd = world.fetch(f"rsync://{address}/{module}/base/etc/motd", fetched / "motd")
-    assert motd == "served by the director\n"
+    assert motd == MOTD
     key = world.fetch(f"rsync://{address}/clustermgr-keys/munge.key", fetched / "munge.key")
-    assert key == "not-a-real-munge-key\n"  # what the node image's user data fetches
+    assert key == MUNGE_KEY.decode()  # what the node image's user data fetches
 
 
 def test_a_local_director_is_launched_synced_ready_and_replaced(
