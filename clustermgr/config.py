@@ -156,6 +156,9 @@ class ProviderSettings(StrictModel):
     max_instances: int | None = Field(None, ge=0)
     billing_increment_s: int | None = Field(None, gt=0)
     billing_minimum_s: int | None = Field(None, ge=0)
+    # aws, azure, openstack: one API call's wait for an answer (after the SDK's own
+    # retries of throttling and 5xx, a call that times out is a TRANSIENT error)
+    api_timeout_s: float = Field(60.0, gt=0, le=600)
     # aws
     launch_batch_size: int = Field(500, ge=1, le=500)
     terminate_batch_size: int = Field(1000, ge=1, le=1000)
@@ -406,6 +409,11 @@ class DaemonSettings(StrictModel):
     metrics_port: int = Field(9464, ge=0, le=65535)
     protect_after_failures: int = Field(10, ge=0)
     protect_backoff_s: float = Field(1800.0, ge=0)
+    # a template whose launches fail with THROTTLED or TRANSIENT (after the SDK's retries)
+    # waits this long before its next launch, doubling per failure in a row up to the max;
+    # 0 retries every cycle
+    launch_backoff_s: float = Field(30.0, ge=0)
+    launch_backoff_max_s: float = Field(600.0, ge=0)
 
 
 class ImagesSettings(StrictModel):

@@ -11,6 +11,7 @@ import re
 from typing import NamedTuple
 
 # Kinds clustermgr itself sets (providers add the ErrorKind values: CAPACITY, QUOTA, ...).
+BACKOFF = "BACKOFF"
 BOOT_TIMEOUT = "BOOT_TIMEOUT"
 DAEMON = "DAEMON"
 HEALTH = "HEALTH"

@@ -90,7 +90,8 @@ class QueueDepth:
             return None, "; ".join(why for _, why in reasons if why)
         # Slurm itself resumes nodes of "slurm"-mode templates: no launch from here
         policy_mode = [t for t in fitting if t.demand_mode == "policy"]
-        # a protected template launches nothing: ask the next one (if all are, the refusal
-        # with the protection's reason tells users why their jobs wait)
-        healthy = [t for t in policy_mode if not t.protected] or policy_mode
+        # a protected template, or one whose region's director is not ready, launches
+        # nothing: ask the next one (if all are, the refusal with the reason tells users
+        # why their jobs wait)
+        healthy = [t for t in policy_mode if not t.blocked] or policy_mode
         return (healthy[0] if healthy else None), ""

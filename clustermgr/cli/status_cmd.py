@@ -63,11 +63,9 @@ def collect_status(app: AppContext) -> dict[str, Any]:
             select(func.count(InstanceRun.id), func.coalesce(func.sum(InstanceRun.cost), 0.0))
         ).one()
         open_runs = list(session.scalars(select(InstanceRun).where(InstanceRun.ended_at.is_(None))))
-        protected = {
-            h.template: h.protected
-            for h in template_health(session, settings, now)
-            if h.protected is not None
-        }
+        health = template_health(session, settings, now)
+        protected = {h.template: h.protected for h in health if h.protected is not None}
+        backing_off = {h.template: h.backoff for h in health if h.backoff is not None}
     running_cost = sum(
         billing_of(settings, r.provider).cost(r.hourly_price, (now - r.started_at).total_seconds())
         for r in open_runs
@@ -84,6 +82,7 @@ def collect_status(app: AppContext) -> dict[str, Any]:
         "instances_launched": int(runs[0]),
         "cost_total": round(float(runs[1] or 0.0) + running_cost, 4),
         "protected_templates": protected,
+        "backing_off_templates": backing_off,
     }
 
 
@@ -119,6 +118,8 @@ def status(app: AppContext, as_json: bool) -> None:
         click.echo(f"{template}: {counts}")
     for template, reason in sorted(data["protected_templates"].items()):
         click.echo(f"{template}: PROTECTED {reason}")
+    for template, reason in sorted(data["backing_off_templates"].items()):
+        click.echo(f"{template}: BACKING OFF {reason}")
     click.echo(
         f"instances launched: {data['instances_launched']}, cost so far ${data['cost_total']:.2f}"
     )

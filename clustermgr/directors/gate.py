@@ -14,6 +14,7 @@ from clustermgr.config import Settings
 from clustermgr.db.models import Director
 from clustermgr.directors.lifecycle import waiting_reason
 from clustermgr.directors.state import SERVING, DirectorState, director_name
+from clustermgr.providers.base import CloudInstance, InstanceState
 
 
 @dataclass(frozen=True)
@@ -22,7 +23,15 @@ class DirectorGate:
     instances: frozenset[str] = frozenset()  # instance ids director rows hold
 
 
-def read_gate(session: Session, settings: Settings) -> DirectorGate:
+def read_gate(
+    session: Session,
+    settings: Settings,
+    listed: Mapping[str, Mapping[str, CloudInstance]] | None = None,
+) -> DirectorGate:
+    """`listed`: this cycle's instance listing per provider (the providers it could list).
+    A director the database has READY whose instance that listing lacks, or shows not
+    running, is waited for too: its death is news the director pass acts on only after
+    this cycle's launches."""
     if not settings.directors:
         return DirectorGate()
     rows = {row.name: row for row in session.scalars(select(Director))}
@@ -33,10 +42,19 @@ def read_gate(session: Session, settings: Settings) -> DirectorGate:
         name = director_name(spec.provider, settings.provider(spec.provider).region)
         row = rows.get(name)
         state = DirectorState(row.state) if row is not None else None
-        if state in SERVING:
+        if state in SERVING and not _gone(row, (listed or {}).get(spec.provider)):
             continue
+        if state in SERVING:
+            state = DirectorState.LOST
         for template in settings.templates:
             if template.provider == spec.provider:
                 waiting[template.name] = waiting_reason(name, state)
     held = frozenset(r.instance_id for r in rows.values() if r.instance_id)
     return DirectorGate(waiting, held)
+
+
+def _gone(row: Director | None, listing: Mapping[str, CloudInstance] | None) -> bool:
+    if row is None or listing is None or not row.instance_id:
+        return False  # not listed this cycle: trust the database
+    instance = listing.get(row.instance_id)
+    return instance is None or instance.state is not InstanceState.RUNNING

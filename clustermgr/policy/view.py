@@ -31,7 +31,9 @@ class TemplateView:
     boot_timeout_s: float
     prices: Mapping[str, Price] = field(default_factory=dict)
     billing: BillingRule = field(default_factory=BillingRule)
-    protected: str | None = None  # (Code:PROTECTED) reason: the engine launches none now
+    # (Code:PROTECTED) reason, or (Code:BACKOFF) while its cloud is busy: the engine
+    # launches none now
+    protected: str | None = None
     # (Code:DIRECTOR) reason: its region's director is not READY yet, so the engine launches
     # none now (the nodes stay held, the jobs pending); a policy may ask another region
     waiting: str | None = None

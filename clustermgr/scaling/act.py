@@ -228,7 +228,7 @@ def fall_back(
     the slots this cycle's view shows free and no other launch of the plan took."""
     template = settings.template(order.template)
     for fallback in template.fallback_templates:
-        if view.templates[fallback].protected:
+        if view.templates[fallback].blocked:  # protected, or waiting for its director
             continue
         free = [n for n in view.free_slots(fallback) if n not in taken][:missing]
         if not free:

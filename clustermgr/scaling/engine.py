@@ -152,7 +152,7 @@ class Engine:
             failures = recent_failures(session, now)
             spend = month_spend(session, now)
             health = template_health(session, self.settings, now)
-            gate = read_gate(session, self.settings)
+            gate = read_gate(session, self.settings, instances)
         return Snapshot(
             now=now,
             workload=workload,
@@ -162,7 +162,7 @@ class Engine:
             requests=read_requests(self.spool),
             failures=failures,
             month_spend=spend,
-            protected={h.template: h.protected for h in health if h.protected},
+            protected={h.template: h.blocked for h in health if h.blocked},
             director_waits=gate.waiting,
             director_instances=gate.instances,
         )

@@ -9,6 +9,12 @@ nodes are powered down with `(Code:PROTECTED) ...`, so jobs can go to another te
 wait. It retries by itself once `protect_backoff_s` has passed since the last failure (one
 more failure protects it again), or at once after `clustermgr templates reset NAME`.
 
+A cloud that throttles or fails transiently (after the SDK's own retries) is not the
+template's fault either, but launching into it every cycle is a hot loop: after such a
+failure the template backs off (`[daemon] launch_backoff_s`, doubled per failure in a row up
+to `launch_backoff_max_s`, reset by a launch that succeeds) and the plan refuses it with
+`(Code:BACKOFF) ...` meanwhile, a kind neither rule counts.
+
 The count is read from the node events (the reason_kind column), so it survives restarts
 and needs no state of its own; a reset is a cluster event.
 """
@@ -16,7 +22,7 @@ and needs no state of its own; a reset is a cluster event.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import func, select
@@ -25,8 +31,9 @@ from sqlalchemy.orm import Session
 from clustermgr.config import Settings
 from clustermgr.db.models import ClusterEvent, Node, NodeEvent
 from clustermgr.lifecycle import NodeState
-from clustermgr.reasons import PROTECTED, Reason
+from clustermgr.reasons import BACKOFF, PROTECTED, Reason
 
+BACKED_OFF = ("THROTTLED", "TRANSIENT")
 COUNTED = ("QUOTA", "INVALID", "AUTH", "OTHER", "BOOT_TIMEOUT", "HEALTH", "RESUME_TIMEOUT")
 RESET_EVENT = "template-reset"
 MEMORY = timedelta(days=7)  # failures older than this are forgotten
@@ -40,41 +47,98 @@ class TemplateHealth:
     last_kind: str | None
     protected: str | None  # the (Code:PROTECTED) reason while protected
     retry_at: datetime | None
+    backoff: str | None = None  # the (Code:BACKOFF) reason while backing off
+
+    @property
+    def blocked(self) -> str | None:
+        """Why the template launches nothing now, if it does not."""
+        return self.protected or self.backoff
 
 
 def template_health(session: Session, settings: Settings, now: datetime) -> list[TemplateHealth]:
     since = now - MEMORY
-    good: dict[str, datetime] = {}
-    registered = (
-        select(Node.template, func.max(NodeEvent.at))
-        .join(Node)
-        .where(NodeEvent.at >= since)
-        .where(NodeEvent.old_state == NodeState.BOOTING.value)
-        .where(NodeEvent.new_state == NodeState.UP.value)
-        .group_by(Node.template)
-    )
+    good = _last_move(session, since, NodeState.BOOTING, NodeState.UP)
     resets = (
         select(ClusterEvent.message, func.max(ClusterEvent.at))
         .where(ClusterEvent.kind == RESET_EVENT)
         .where(ClusterEvent.at >= since)
         .group_by(ClusterEvent.message)
     )
-    for template, at in [*session.execute(registered), *session.execute(resets)]:
-        if template and (template not in good or at > good[template]):
-            good[template] = at
+    for template, at in session.execute(resets):
+        if template and (template not in good or _aware(at) > good[template]):
+            good[template] = _aware(at)
+    counts = _failures_since(session, since, COUNTED, good)
+    # a launch that succeeded (LAUNCHING -> BOOTING) ends a busy cloud's run of failures
+    busy = _failures_since(
+        session,
+        since,
+        BACKED_OFF,
+        _last_move(session, since, NodeState.LAUNCHING, NodeState.BOOTING),
+    )
+    return [
+        replace(
+            judge(t.name, counts.get(t.name, []), settings, now),
+            backoff=judge_backoff(busy.get(t.name, []), settings, now),
+        )
+        for t in settings.templates
+    ]
+
+
+def _last_move(
+    session: Session, since: datetime, old: NodeState, new: NodeState
+) -> dict[str, datetime]:
+    """Per template, when one of its nodes last moved old -> new."""
+    query = (
+        select(Node.template, func.max(NodeEvent.at))
+        .join(Node)
+        .where(NodeEvent.at >= since)
+        .where(NodeEvent.old_state == old.value)
+        .where(NodeEvent.new_state == new.value)
+        .group_by(Node.template)
+    )
+    return {template: _aware(at) for template, at in session.execute(query) if template}
+
+
+def _failures_since(
+    session: Session, since: datetime, kinds: Iterable[str], after: dict[str, datetime]
+) -> dict[str, list[tuple[datetime, str]]]:
+    """Per template, its failures of `kinds` later than `after[template]`, oldest first."""
     failed = (
         select(Node.template, NodeEvent.at, NodeEvent.reason_kind)
         .join(Node)
         .where(NodeEvent.at >= since)
         .where(NodeEvent.new_state == NodeState.FAILED.value)
-        .where(NodeEvent.reason_kind.in_(COUNTED))
+        .where(NodeEvent.reason_kind.in_(list(kinds)))
         .order_by(NodeEvent.at)
     )
-    counts: dict[str, list[tuple[datetime, str]]] = {}
+    found: dict[str, list[tuple[datetime, str]]] = {}
     for template, at, kind in session.execute(failed):
-        if template and (template not in good or _aware(at) > _aware(good[template])):
-            counts.setdefault(template, []).append((at, kind or ""))
-    return [judge(t.name, counts.get(t.name, []), settings, now) for t in settings.templates]
+        if template and (template not in after or _aware(at) > after[template]):
+            found.setdefault(template, []).append((_aware(at), kind or ""))
+    return found
+
+
+def judge_backoff(
+    failures: Iterable[tuple[datetime, str]], settings: Settings, now: datetime
+) -> str | None:
+    """The (Code:BACKOFF) reason while the template waits out its back-off, else None.
+    Failures of one launch (a batch of nodes, same second) count once."""
+    base = settings.daemon.launch_backoff_s
+    launches = sorted({at.replace(microsecond=0): kind for at, kind in failures}.items())
+    if not base or not launches:
+        return None
+    last, kind = launches[-1]
+    wait = min(settings.daemon.launch_backoff_max_s, base * 2 ** (len(launches) - 1))
+    retry_at = last + timedelta(seconds=wait)
+    if now >= retry_at:
+        return None
+    return str(
+        Reason(
+            BACKOFF,
+            f"{len(launches)} launch(es) in a row failed ({kind}): the cloud is busy or "
+            f"unwell; next try at {retry_at:%H:%M:%S} UTC",
+        )
+    )
 
 
 def judge(

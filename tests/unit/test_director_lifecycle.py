@@ -382,3 +382,32 @@ def test_demand_comes_from_active_nodes_the_plan_and_jobs_that_wait_for_a_direct
         {"aws-cpu": waiting_reason(NAME, D.STOPPED)},
     )
     assert providers_in_demand(elsewhere, None) == frozenset()
+
+
+def test_the_gate_waits_for_a_ready_director_whose_instance_this_cycle_does_not_list(
+    tmp_path: Any,
+) -> None:
+    from clustermgr.db.engine import Database
+    from clustermgr.db.models import Provider
+    from clustermgr.directors.gate import read_gate
+    from clustermgr.directors.state import ensure, transition
+
+    db = Database(f"sqlite:///{tmp_path / 'cm.db'}")
+    db.upgrade()
+    with db.session() as session:
+        session.add(
+            Provider(name="aws-east", type="aws", region="us-east-1", credentials_source="x")
+        )
+        session.flush()
+        row = ensure(session, "aws-east", "us-east-1", actor="test")
+        for state in (D.LAUNCHING, D.BOOTING, D.SYNCING, D.READY):
+            transition(row, state, "test", "test")
+        row.instance_id = "i-1"
+    with db.session() as session:
+        assert read_gate(session, SETTINGS).waiting == {}  # no listing: the database says READY
+        assert read_gate(session, SETTINGS, {"aws-east": seen(instance())}).waiting == {}
+        gone = read_gate(session, SETTINGS, {"aws-east": {}}).waiting
+        assert gone["aws-cpu"].endswith(f"waiting for director {NAME} (lost)")
+        dying = seen(instance(state=InstanceState.STOPPING))
+        assert "aws-cpu" in read_gate(session, SETTINGS, {"aws-east": dying}).waiting
+    db.dispose()

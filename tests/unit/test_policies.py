@@ -312,3 +312,12 @@ def test_budget_cap_never_buys_part_of_a_wide_job() -> None:
     assert "budget_cap: 3 of 4 nodes refused" in decision.refusals[0].reason
     alone = run(chain, view(SLOTS, [wide]))
     assert alone.launching() == 0
+
+
+def test_queue_depth_asks_another_template_while_a_regions_director_is_not_ready() -> None:
+    waiting = "(Code:DIRECTOR) waiting for director director-aws1-us-east-1 (booting)"
+    other = template("west", region="us-west-2", features=frozenset({"a100"}))
+    slots = [*SLOTS[:2], slot("w1", template="west"), slot("w2", template="west")]
+    v = view(slots, [job("1")], templates={"gpu": template(waiting=waiting), "west": other})
+    [launch] = run([PolicyRef(name="queue_depth")], v).launches
+    assert launch.template == "west"

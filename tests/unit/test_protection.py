@@ -45,3 +45,24 @@ def test_the_plan_refuses_a_protected_templates_demand() -> None:
     plan = clamp(decision, v, parse_settings({}))
     assert plan.launches == []
     assert [(r.template, r.reason, r.jobs) for r in plan.refusals] == [("gpu", reason, ("7",))]
+
+
+def test_a_busy_cloud_backs_off_doubling_per_launch_up_to_the_max() -> None:
+    from clustermgr.scaling.protection import judge_backoff
+
+    conf = parse_settings({"daemon": {"launch_backoff_s": 30, "launch_backoff_max_s": 100}})
+
+    def busy(*seconds_ago: float) -> list[tuple[datetime, str]]:
+        return [(NOW - timedelta(seconds=s), "THROTTLED") for s in seconds_ago]
+
+    assert judge_backoff([], conf, NOW) is None
+    one = judge_backoff(busy(10), conf, NOW)  # waits 30 s after the first
+    assert one is not None and one.startswith("(Code:BACKOFF) 1 launch(es) in a row failed")
+    assert judge_backoff(busy(31), conf, NOW) is None
+    assert judge_backoff(busy(200, 50), conf, NOW) is not None  # 60 s after the second
+    assert judge_backoff(busy(300, 200, 70), conf, NOW) is not None  # 100 s (max), not 120
+    assert judge_backoff(busy(300, 200, 101), conf, NOW) is None
+    batch = [(NOW - timedelta(seconds=40, microseconds=m), "TRANSIENT") for m in (1, 2, 3)]
+    assert judge_backoff(batch, conf, NOW) is None  # one launch of three nodes: 30 s
+    off = parse_settings({"daemon": {"launch_backoff_s": 0}})
+    assert judge_backoff(busy(1), off, NOW) is None

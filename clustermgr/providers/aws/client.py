@@ -58,8 +58,8 @@ class AwsClients:
             region_name=self.region,
             retries={"mode": self.settings.retry_mode, "max_attempts": MAX_ATTEMPTS},
             max_pool_connections=MAX_WORKERS + 4,
-            connect_timeout=10,
-            read_timeout=60,
+            connect_timeout=min(10.0, self.settings.api_timeout_s),
+            read_timeout=self.settings.api_timeout_s,
             user_agent_extra="clustermgr",
         )
 

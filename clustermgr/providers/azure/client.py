@@ -106,7 +106,12 @@ class AzureClients:
     def _client_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {
             "polling_interval": self.settings.polling_interval_s,
-            "transport": RequestsTransport(session=self._session(), session_owner=True),
+            "transport": RequestsTransport(
+                session=self._session(),
+                session_owner=True,
+                connection_timeout=min(10.0, self.settings.api_timeout_s),
+                read_timeout=self.settings.api_timeout_s,
+            ),
             **RETRY,
         }
         if self.settings.endpoint_url:

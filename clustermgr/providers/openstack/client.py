@@ -17,8 +17,6 @@ import openstack
 
 from clustermgr.config import ProviderSettings
 
-API_TIMEOUT_S = 60.0
-
 
 @dataclass(frozen=True)
 class Timing:
@@ -66,7 +64,7 @@ class OpenStackClient:
 
     def _options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"cloud": self.cloud, "region_name": self.settings.region}
-        options["api_timeout"] = API_TIMEOUT_S
+        options["api_timeout"] = self.settings.api_timeout_s
         if self.settings.endpoint_url:
             options["auth"] = {"auth_url": self.settings.endpoint_url}  # merged into the cloud's
         return options
