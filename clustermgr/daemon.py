@@ -311,7 +311,10 @@ class Daemon:
             "role": self.role,
             "at": now.isoformat(),
         }
-        write_heartbeat(self.state_dir, beat)
+        try:
+            write_heartbeat(self.state_dir, beat)
+        except OSError as exc:  # disk full, say: the database row below still says we live
+            log.warning("heartbeat file not written in %s: %s", self.state_dir, exc.strerror)
         try:
             with self.db.session() as session:
                 row = session.get(DaemonStatus, self.status_id) or DaemonStatus(
