@@ -31,6 +31,12 @@ def broken_image_lab(lab_dir: Path) -> Iterator[AwsLab]:
 
 
 @pytest.fixture
+def broken_image_slurm_lab(lab_dir: Path) -> Iterator[AwsLab]:
+    for lab in make_lab(lab_dir, "slurm", boot_timeout_s=4):
+        yield protect(lab)
+
+
+@pytest.fixture
 def quota_lab(lab_dir: Path) -> Iterator[AwsLab]:
     for lab in make_lab(lab_dir, "policy"):
         yield protect(lab)
@@ -60,6 +66,28 @@ def test_instances_that_never_register_protect_the_template_after_one_batch(
     # at most the limit plus one batch was paid for, whatever the queue still asks for
     assert launched(lab) == 2 <= LIMIT + 2
     assert lab.instances() == []
+
+
+def test_slurm_mode_broken_image_pays_for_at_most_the_limit_plus_one_batch(
+    broken_image_slurm_lab: AwsLab,
+) -> None:
+    """The runaway of issue 9: Slurm resumes nodes for its jobs, their instances never
+    register, Slurm requeues the jobs and resumes again. Protected mode stops the loop."""
+    lab = broken_image_slurm_lab
+    jobs = [lab.submit("-C", "aws-a") for _ in range(4)]  # one batch: aws-[1-4]
+    deadline = time.monotonic() + 45
+    while time.monotonic() < deadline and not protected(lab):
+        lab.once()
+        time.sleep(1)
+    assert protected(lab) == {"aws-a"}
+    for _ in range(10):  # Slurm keeps asking: nothing more is launched
+        lab.once()
+        time.sleep(1)
+    assert launched(lab) <= LIMIT + 4, launched(lab)
+    assert lab.instances() == []
+    reasons = {lab.node(f"aws-{i}").get("Reason", "") for i in range(1, 5)}
+    assert any("(Code:PROTECTED)" in r or "(Code:BOOT_TIMEOUT)" in r for r in reasons), reasons
+    assert all(lab.job(job, "JobState") in ("PENDING", "CONFIGURING") for job in jobs)
 
 
 def test_failed_launches_protect_the_template_until_an_admin_resets_it(quota_lab: AwsLab) -> None:

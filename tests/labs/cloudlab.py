@@ -62,6 +62,7 @@ class LabOptions:
     daemon: dict[str, Any] = field(default_factory=dict)  # more [daemon] keys
     provider: dict[str, Any] = field(default_factory=dict)  # more keys of the provider
     database: dict[str, Any] = field(default_factory=dict)  # [database] keys (url too)
+    slurm: dict[str, Any] = field(default_factory=dict)  # more [slurm] keys
     suspend_timeout_s: int = 5  # Slurm's SuspendTimeout
     slurm_conf: tuple[str, ...] = ()  # more slurm.conf lines (a later key wins)
 
@@ -318,6 +319,8 @@ class CloudLab:
         }
         if opts.slurm_bin_dir is not None:
             config["slurm"] = {"bin_dir": str(opts.slurm_bin_dir)}
+        if opts.slurm:
+            config["slurm"] = {**config.get("slurm", {}), **opts.slurm}
         self.config_path.write_text(tomli_w.dumps(config))
 
     @property
@@ -340,12 +343,16 @@ class CloudLab:
         return done
 
     @contextlib.contextmanager
-    def daemon(self) -> Iterator[subprocess.Popen[str]]:
-        """cm-scale as systemd runs it, its output in state/cm-scale.log; SIGTERM after."""
-        log = (self.workdir / "cm-scale.log").open("a")
+    def daemon(
+        self, config: Path | None = None, log_name: str = "cm-scale.log"
+    ) -> Iterator[subprocess.Popen[str]]:
+        """cm-scale as systemd runs it, its output in `log_name` (default cm-scale.log);
+        SIGTERM after. `config`: another configuration file (a second head node's)."""
+        log = (self.workdir / log_name).open("a")
+        env = self.env if config is None else {**self.env, "CLUSTERMGR_CONFIG": str(config)}
         process = subprocess.Popen(
             [str(BIN / "cm-scale")],
-            env=self.env,
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             text=True,
