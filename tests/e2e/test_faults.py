@@ -180,7 +180,6 @@ def test_5xx_on_launch_is_retried_backs_off_and_recovers(lab: FaultLab) -> None:
 
 
 def test_api_timeout_acts_on_nothing_and_recovers(lab: FaultLab) -> None:
-    lab.wait_rest()
     offset = lab.log_offset()
     lab.fake.slow(3 * API_TIMEOUT_S, actions=["DescribeInstances", "DescribeFleets"])
     job = lab.run_job()

@@ -80,7 +80,7 @@ def test_slurm_mode_broken_image_pays_for_at_most_the_limit_plus_one_batch(
         lab.once()
         time.sleep(1)
     assert protected(lab) == {"aws-a"}
-    for _ in range(10):  # Slurm keeps asking: nothing more is launched
+    for _ in range(5):  # Slurm keeps asking: nothing more is launched
         lab.once()
         time.sleep(1)
     assert launched(lab) <= LIMIT + 4, launched(lab)
