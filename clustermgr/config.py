@@ -454,6 +454,46 @@ class SimulateSettings(StrictModel):
     options: dict[str, dict[str, Any]] = {}
 
 
+class StagingRegionSettings(StrictModel):
+    """Where cmsub stages a region's data, and how its jobs are pinned there."""
+
+    provider: str = Field(pattern=NAME_PATTERN)  # the region (a provider is one region)
+    partition: str = Field(min_length=1)  # the user's job runs here
+    features: list[str] = []  # sbatch --constraint for the user's job (AND of them)
+    # rsync: an rsync daemon URL (rsync://HOST[:PORT]/MODULE[/PATH]) or a local directory
+    rsync_target: str = ""
+    node_root: str = ""  # the staging root as the region's burst nodes see it (a mount)
+    s3_bucket: str = ""
+    s3_prefix: str = "cmsub"
+    s3_endpoint_url: str | None = None  # default: the provider's endpoint_url
+
+
+class StagingSettings(StrictModel):
+    """cmsub: job data staged in and out of burst regions by the user's own Slurm jobs."""
+
+    data_mover_partition: str = Field("datamover", min_length=1)
+    default_transport: Literal["rsync", "s3"] = "rsync"
+    quota_bytes: int = Field(1024**4, ge=0)  # per user: staged bytes held at once
+    retention_s: float = Field(0.0, ge=0)  # keep a job's staging area this long after stage-out
+    transfer_command: Path = Path("/usr/local/bin/cmsub-transfer")  # what the transfer jobs run
+    s3_part_size_mb: int = Field(64, ge=5, le=5120)
+    s3_workers: int = Field(8, ge=1, le=64)
+    regions: list[StagingRegionSettings] = []
+
+    def region(self, provider: str | None) -> StagingRegionSettings:
+        if not self.regions:
+            raise ConfigError(
+                "no [[staging.regions]] in the configuration: cmsub has nowhere to stage"
+            )
+        if provider is None:
+            return self.regions[0]
+        for region in self.regions:
+            if region.provider == provider:
+                return region
+        known = ", ".join(r.provider for r in self.regions)
+        raise ConfigError(f"--region {provider!r} is not in [[staging.regions]] (known: {known})")
+
+
 LdapTls = Literal["none", "starttls", "ldaps"]
 LDAP_PASSWORD_SOURCES = {"password_file", "password_env"}
 
@@ -555,6 +595,7 @@ class Settings(StrictModel):
     simulate: SimulateSettings = SimulateSettings()
     ldap: LdapSettings | None = None  # LDAP replication to the directors; None: off
     images: ImagesSettings = ImagesSettings()
+    staging: StagingSettings = StagingSettings()
 
     @model_validator(mode="after")
     def _cross_references(self) -> Settings:
@@ -603,6 +644,9 @@ class Settings(StrictModel):
                     )
                 powered[node] = provider.name
         _check_directors(self.directors, providers, self.templates)
+        for region in self.staging.regions:
+            if region.provider not in providers:
+                raise ValueError(f"staging.regions: provider {region.provider!r} is not defined")
         for name in self.simulate.boot_delay_s:
             if name not in {t.name for t in self.templates}:
                 raise ValueError(f"simulate.boot_delay_s names {name!r}, which is not a template")

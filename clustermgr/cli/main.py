@@ -31,6 +31,7 @@ SUBCOMMANDS = {
     "slurm": "clustermgr.cli.slurm_cmd:slurm",
     "status": "clustermgr.cli.status_cmd:status",
     "templates": "clustermgr.cli.providers_cmd:templates",
+    "transfers": "clustermgr.cli.transfers_cmd:transfers",
 }
 
 

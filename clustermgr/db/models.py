@@ -278,7 +278,10 @@ class Transfer(Base):
     """One cmsub stage-in or stage-out of a job's data."""
 
     __tablename__ = "transfers"
-    __table_args__ = (Index("ix_transfers_job", "job_id"),)
+    __table_args__ = (
+        Index("ix_transfers_job", "job_id"),
+        Index("ix_transfers_stage", "stage_id"),
+    )
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     job_id: Mapped[str] = mapped_column(String(64))
     user: Mapped[str] = mapped_column(String(64))
@@ -292,6 +295,17 @@ class Transfer(Base):
     error: Mapped[str | None] = mapped_column(Text)
     created_at: Mapped[datetime] = mapped_column(default=utcnow)
     finished_at: Mapped[datetime | None] = mapped_column()
+    # 0007: the chain (stage id, its three Slurm jobs), what moved, what was verified
+    stage_id: Mapped[str] = mapped_column(String(64), default="")
+    uid: Mapped[int | None] = mapped_column(Integer)
+    transfer_job_id: Mapped[str] = mapped_column(String(64), default="")  # the stage job
+    stage_dir: Mapped[str] = mapped_column(Text, default="")  # the area on the target
+    items: Mapped[list[Any] | None] = mapped_column(JSON, default=list)  # [[src, dest], ...]
+    files_total: Mapped[int] = mapped_column(Integer, default=0)
+    files_done: Mapped[int] = mapped_column(Integer, default=0)
+    files_verified: Mapped[int] = mapped_column(Integer, default=0)
+    started_at: Mapped[datetime | None] = mapped_column()
+    cleaned_at: Mapped[datetime | None] = mapped_column()
 
 
 class InstanceTypeRow(Base):

@@ -1,0 +1,149 @@
+"""`cmsub`: submit a job with its data staged in and out (docs/staging.md), `cmsub --status
+JOBID`, and `cmsub-transfer --transfer ID` (what the chain's transfer jobs run).
+
+cmsub takes any sbatch option, so its command line is parsed by clustermgr.staging.spec,
+not click. Errors are one line: exit 2 for what the user can fix, 1 for failures.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from clustermgr.cli.context import AppContext
+from clustermgr.cli.output import emit, emit_json
+from clustermgr.errors import ClusterMgrError, UsageError
+
+USAGE = """\
+usage: cmsub [sbatch options] [--stage-in SRC[:DEST]]... [--stage-out SRC[:DEST]]...
+             [--transport rsync|s3] [--region PROVIDER] [--json] [--dry-run] script [args]
+       cmsub --status JOBID [--json]
+
+Submits three Slurm jobs: a stage-in (SRC on this host -> DEST in the job's staging area),
+your script (after the stage-in succeeded, on the staged region's burst nodes, with
+$CMSUB_STAGE_DIR), and a stage-out (SRC in the staging area -> DEST here). Options can
+also be `#CMSUB` lines at the top of the script, like `#SBATCH` lines.
+"""
+STATUS_COLUMNS = ("direction", "job", "state", "files", "verified", "bytes", "error")
+
+
+def _guard(run: Callable[[], None], prog: str) -> None:
+    debug = bool(os.environ.get("CLUSTERMGR_DEBUG"))
+    try:
+        run()
+    except ClusterMgrError as exc:
+        if debug:
+            traceback.print_exc()
+        text = str(exc)
+        print(text if text.startswith(f"{prog}:") else f"{prog}: {text}", file=sys.stderr)
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        sys.exit(130)
+    sys.exit(0)
+
+
+def main() -> None:
+    _guard(lambda: cmsub(sys.argv[1:]), "cmsub")
+
+
+def cmsub(argv: list[str]) -> None:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(USAGE, end="")
+        return
+    if argv[0] == "--status" or argv[0].startswith("--status="):
+        _status(argv)
+        return
+    from clustermgr.staging.spec import parse_argv
+    from clustermgr.staging.submit import submit
+
+    spec = parse_argv(argv)
+    app = AppContext(config_path=None, db_url=None)
+    try:
+        done = submit(app.settings(), app.database(), spec, Path.cwd())
+    finally:
+        app.close()
+    if spec.as_json:
+        row = done.row()
+        if spec.dry_run:
+            row["argv"] = {
+                "stage_in": done.argv.stage_in,
+                "job": done.argv.job,
+                "stage_out": done.argv.stage_out,
+            }
+        emit_json(row)
+        return
+    plan = done.plan
+    print(
+        f"cmsub: staging {plan.estimate.files_total} files, {plan.estimate.bytes_total:,} bytes "
+        f"to {plan.region.provider} ({plan.transport})"
+    )
+    if spec.dry_run:
+        for name in ("stage_in", "job", "stage_out"):
+            print(f"{name}: sbatch {' '.join(repr(a) for a in getattr(done.argv, name))}")
+        return
+    print(f"stage-in job  {done.ids.stage_in}")
+    print(f"job           {done.ids.job}")
+    print(f"stage-out job {done.ids.stage_out}")
+    print(f"status:       cmsub --status {done.ids.job}")
+
+
+def _status(argv: list[str]) -> None:
+    from clustermgr.staging import records
+
+    words = [w for w in argv if w != "--json"]
+    job = words[0].partition("=")[2] if "=" in words[0] else (words[1] if len(words) > 1 else "")
+    if not job:
+        raise UsageError("cmsub: --status needs a job id")
+    app = AppContext(config_path=None, db_url=None)
+    try:
+        with app.database().session() as session:
+            rows = [records.view(r) for r in records.rows_for_job(session, job)]
+    finally:
+        app.close()
+    if not rows:
+        raise UsageError(f"cmsub: no cmsub chain holds job {job}")
+    table = [
+        {
+            "direction": f"stage-{r.direction}",
+            "job": r.transfer_job_id,
+            "state": r.state,
+            "files": r.files_total,
+            "verified": r.files_verified,
+            "bytes": r.bytes_total,
+            "error": r.error,
+        }
+        for r in rows
+    ]
+    if "--json" in argv:
+        emit_json(
+            {
+                "job": rows[0].job_id,
+                "stage_id": rows[0].stage_id,
+                "transfers": [r.row() for r in rows],
+            }
+        )
+        return
+    print(f"job {rows[0].job_id} (stage {rows[0].stage_id}, {rows[0].transport})")
+    emit(table, STATUS_COLUMNS, False, "Transfers")
+
+
+def transfer_main() -> None:
+    _guard(lambda: transfer(sys.argv[1:]), "cmsub-transfer")
+
+
+def transfer(argv: list[str]) -> None:
+    from clustermgr.staging.progress import for_stdout
+    from clustermgr.staging.run import run
+
+    ids = [a.removeprefix("--transfer=") for a in argv if a.startswith("--transfer=")]
+    if len(ids) != 1 or not ids[0].isdigit():
+        raise UsageError("cmsub-transfer: usage: cmsub-transfer --transfer=ID")
+    app = AppContext(config_path=None, db_url=None)
+    try:
+        run(app.settings(), app.database(), int(ids[0]), for_stdout())
+    finally:
+        app.close()
