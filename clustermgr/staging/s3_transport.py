@@ -11,6 +11,7 @@ manifest (`.cmsub/in.json` under the prefix) lets a re-run skip verified files.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import os
 import time
@@ -27,6 +28,7 @@ from clustermgr.staging.progress import Progress
 from clustermgr.staging.rsync_transport import Report
 
 MB = 1024 * 1024
+MULTIPART_FROM = 5 * MB  # the smallest part size: below it, one part
 
 
 @dataclass(frozen=True)
@@ -132,12 +134,7 @@ def stage_in(
                 sent += 1
                 bytes_sent += entry.size
                 compared += 1
-                head = s3.head_object(Bucket=area.bucket, Key=key)
-                if (
-                    head["ContentLength"] != entry.size
-                    or head.get("Metadata", {}).get("sha256") != entry.sha256
-                ):
-                    raise StagingError(f"s3://{area.bucket}/{key}: differs after upload")
+                _check_uploaded(s3, area.bucket, key, entry)
             entries.append(entry)
     write_manifest(s3, area, "in", entries)
     return entries, Report(
@@ -149,6 +146,21 @@ def stage_in(
         0,
         time.monotonic() - start,
     )
+
+
+def _check_uploaded(s3: Any, bucket: str, key: str, entry: FileEntry) -> None:
+    """S3 checked each part against the client's SHA256 on receipt; the object's size, its
+    sha256 metadata and (for a single-part object) S3's own SHA256 must be the file's."""
+    head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
+    stored = str(head.get("ChecksumSHA256") or "")
+    whole = base64.b64encode(bytes.fromhex(entry.sha256)).decode()
+    if (
+        head["ContentLength"] != entry.size
+        or head.get("Metadata", {}).get("sha256") != entry.sha256
+        or not stored
+        or (entry.size < MULTIPART_FROM and stored != whole)
+    ):
+        raise StagingError(f"s3://{bucket}/{key}: differs from {entry.path!r} after upload")
 
 
 def _md5(path: Path) -> str:
