@@ -459,7 +459,7 @@ class StagingRegionSettings(StrictModel):
 
     provider: str = Field(pattern=NAME_PATTERN)  # the region (a provider is one region)
     partition: str = Field(min_length=1)  # the user's job runs here
-    features: list[str] = []  # sbatch --constraint for the user's job (AND of them)
+    features: list[str] = []  # sbatch --constraint for the job (AND); default: [provider]
     # rsync: an rsync daemon URL (rsync://HOST[:PORT]/MODULE[/PATH]) or a local directory
     rsync_target: str = ""
     node_root: str = ""  # the staging root as the region's burst nodes see it (a mount)

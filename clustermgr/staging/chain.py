@@ -61,8 +61,8 @@ def build(
 ) -> ChainArgs:
     name = script.name or "job"
     job = ["--parsable", f"--partition={region.partition}"]
-    if region.features:
-        job.append(f"--constraint={'&'.join(region.features)}")
+    # every node of a template carries its provider's name as a feature (slurmconf)
+    job.append(f"--constraint={'&'.join(region.features or [region.provider])}")
     job += [
         f"--export=ALL,CMSUB_STAGE_DIR={stage_dir},CMSUB_STAGE_ID={stage_id}",
         *sbatch_args,

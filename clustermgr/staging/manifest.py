@@ -10,7 +10,7 @@ import json
 import os
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 FORMAT = 1
@@ -37,16 +37,31 @@ def sha256_of(path: Path) -> str:
         return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
-def hash_files(paths: Iterable[Path], workers: int = HASH_WORKERS) -> list[str]:
-    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
-        return list(pool.map(sha256_of, paths))
+def _hash_batch(paths: list[Path]) -> list[str]:
+    return [sha256_of(path) for path in paths]
+
+
+def hash_files(paths: list[Path], workers: int = HASH_WORKERS) -> list[str]:
+    """sha256 of each path, in order: one batch per thread (a future per small file costs
+    more than hashing it)."""
+    count = max(1, min(workers, len(paths)))
+    batches = [paths[i::count] for i in range(count)]
+    with ThreadPoolExecutor(max_workers=count) as pool:
+        done = list(pool.map(_hash_batch, batches))
+    found = [""] * len(paths)
+    for index, digests in enumerate(done):
+        found[index::count] = digests
+    return found
 
 
 def encode(entries: Iterable[FileEntry], direction: str) -> bytes:
     payload = {
         "format": FORMAT,
         "direction": direction,
-        "files": [asdict(e) for e in sorted(entries, key=lambda e: e.path)],
+        "files": [
+            {"path": e.path, "size": e.size, "mtime_ns": e.mtime_ns, "sha256": e.sha256}
+            for e in sorted(entries, key=lambda e: e.path)
+        ],
     }
     return json.dumps(payload, separators=(",", ":")).encode("utf-8", "surrogateescape")
 

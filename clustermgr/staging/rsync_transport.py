@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -114,17 +115,22 @@ def _join(pair: Pair, name: str) -> str:
 
 
 def _local_files(pair: Pair) -> list[tuple[str, Path, os.stat_result]]:
+    """(area path, path, lstat) of the regular files on the local side of `pair`."""
     if not pair.is_dir:
         return [(pair.area_rel, pair.local, pair.local.stat())]
-    found = []
-    for root, _dirs, names in os.walk(pair.local):
-        for name in names:
-            path = Path(root) / name
-            info = path.lstat()
-            if path.is_file() and not path.is_symlink():
-                rel = path.relative_to(pair.local).as_posix()
-                found.append((f"{pair.area_rel}/{rel}", path, info))
-    return sorted(found, key=lambda f: f[0])
+    found: list[tuple[str, Path, os.stat_result]] = []
+    stack = [(str(pair.local), pair.area_rel)]
+    while stack:
+        folder, rel = stack.pop()
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISDIR(info.st_mode):
+                    stack.append((entry.path, f"{rel}/{entry.name}"))
+                elif stat.S_ISREG(info.st_mode):
+                    found.append((f"{rel}/{entry.name}", Path(entry.path), info))
+    found.sort(key=lambda f: f[0])
+    return found
 
 
 def _copy(pair: Pair, progress: Progress, *, checksum: bool = False) -> dict[str, int]:
@@ -173,29 +179,32 @@ def _differs(pair: Pair, rels: list[str], hashes: dict[str, str]) -> list[str]:
 
 def transfer(
     pairs: list[Pair],
-    previous: dict[str, FileEntry],
+    read_previous: Callable[[], dict[str, FileEntry]],
     progress: Progress,
     *,
     hash_first: bool,
 ) -> tuple[list[FileEntry], Report]:
     """Copy and verify every pair; the verified manifest entries and the figures.
-    `hash_first`: the local side is the source (hash it while rsync reads it too)."""
+    `read_previous`: the last run's manifest, asked for once the first copy is done (it
+    may be read meanwhile). `hash_first`: the local side is the source (hash it while
+    rsync reads it too)."""
     start = time.monotonic()
     sent: dict[str, int] = {}
     entries: list[FileEntry] = []
     compared = repaired = 0
-    with ThreadPoolExecutor(max_workers=manifest.HASH_WORKERS) as pool:
+    with ThreadPoolExecutor(max_workers=1) as hasher:
         for pair in pairs:
             files: list[tuple[str, Path, os.stat_result]] = []
-            futures: list[Future[str]] = []
-            if hash_first:
+            digests: Future[list[str]] | None = None
+            if hash_first:  # the source: hashed while rsync reads it too
                 files = _local_files(pair)
-                futures = [pool.submit(manifest.sha256_of, path) for _r, path, _i in files]
+                digests = hasher.submit(manifest.hash_files, [path for _r, path, _i in files])
             pair_sent = _copy(pair, progress)
-            if not hash_first:
+            if digests is None:
                 files = _local_files(pair)
-                futures = [pool.submit(manifest.sha256_of, path) for _r, path, _i in files]
-            hashes = {rel: f.result() for (rel, _p, _i), f in zip(files, futures, strict=True)}
+                digests = hasher.submit(manifest.hash_files, [path for _r, path, _i in files])
+            hashes = {rel: d for (rel, _p, _i), d in zip(files, digests.result(), strict=True)}
+            previous = read_previous()
             here = {
                 rel: FileEntry(rel, info.st_size, info.st_mtime_ns, hashes[rel])
                 for rel, _path, info in files

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -122,14 +123,16 @@ def move_rsync(
     progress: Progress,
 ) -> tuple[list[FileEntry], Report]:
     """One rsync stage-in or stage-out with its manifest (also what the bench runs)."""
-    previous = rsync_transport.read_remote_manifest(area, direction)
-    if direction == "in":
-        pairs = rsync_transport.stage_in_pairs(stage_in, area)
-    else:
-        pairs = rsync_transport.stage_out_pairs(stage_out, area)
-    entries, report = rsync_transport.transfer(
-        pairs, previous, progress, hash_first=direction == "in"
-    )
+    with ThreadPoolExecutor(max_workers=1) as reader:
+        # the last run's manifest is needed only after the copy: read it meanwhile
+        previous = reader.submit(rsync_transport.read_remote_manifest, area, direction)
+        if direction == "in":
+            pairs = rsync_transport.stage_in_pairs(stage_in, area)
+        else:
+            pairs = rsync_transport.stage_out_pairs(stage_out, area)
+        entries, report = rsync_transport.transfer(
+            pairs, previous.result, progress, hash_first=direction == "in"
+        )
     rsync_transport.write_remote_manifest(area, direction, entries)
     return entries, report
 
