@@ -85,6 +85,8 @@ def cmsub(argv: list[str]) -> None:
         for name in ("stage_in", "job", "stage_out"):
             print(f"{name}: sbatch {' '.join(repr(a) for a in getattr(done.argv, name))}")
         return
+    if plan.resumes:
+        print(f"cmsub: resuming the failed stage-in of job {plan.resumes} (same data, its area)")
     print(f"stage-in job  {done.ids.stage_in}")
     print(f"job           {done.ids.job}")
     print(f"stage-out job {done.ids.stage_out}")

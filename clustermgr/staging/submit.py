@@ -6,9 +6,12 @@ from __future__ import annotations
 import os
 import pwd
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
 
 from clustermgr.config import Settings, StagingRegionSettings
 from clustermgr.db.engine import Database
@@ -41,6 +44,7 @@ class Plan:
     stage_in: list[StageIn]
     stage_out: list[StageOut]
     estimate: Estimate
+    resumes: str = ""  # the job of a failed chain whose staging area this one takes over
 
 
 @dataclass(frozen=True)
@@ -60,6 +64,7 @@ class Submitted:
             "stage_dir": self.plan.job_stage_dir,
             "bytes": self.plan.estimate.bytes_total,
             "files": self.plan.estimate.files_total,
+            "resumes": self.plan.resumes or None,
         }
 
 
@@ -85,24 +90,59 @@ def plan(settings: Settings, spec: StagingSpec, cwd: Path, held_bytes: int) -> P
     region = staging.region(spec.region)
     transport: Transport = spec.transport or staging.default_transport
     stage_id = uuid.uuid4().hex[:16]
-    if transport == "s3":
-        area = s3_transport.area_of(region, user, stage_id).url
-        job_dir = area
-    else:
-        if not region.rsync_target:
-            raise UsageError(
-                f"cmsub: staging region {region.provider} has no rsync_target "
-                "([[staging.regions]]); use --transport s3 or ask your admin"
-            )
-        area = rsync_transport.area_of(region.rsync_target, user, stage_id)
-        node_root = region.node_root or ("" if rsync_transport.is_url(area) else area)
-        job_dir = rsync_transport.area_of(node_root, user, stage_id) if region.node_root else area
-        if not job_dir or rsync_transport.is_url(job_dir):
-            raise UsageError(
-                f"cmsub: staging region {region.provider}: set node_root (where burst nodes "
-                "mount the staging area)"
-            )
+    area, job_dir = locate(region, transport, user, stage_id)
     return Plan(user, uid, stage_id, transport, region, area, job_dir, stage_in, stage_out, wanted)
+
+
+def locate(
+    region: StagingRegionSettings, transport: Transport, user: str, area_id: str
+) -> tuple[str, str]:
+    """The staging area (where the transfers put the data) and $CMSUB_STAGE_DIR."""
+    if transport == "s3":
+        area = s3_transport.area_of(region, user, area_id).url
+        return area, area
+    if not region.rsync_target:
+        raise UsageError(
+            f"cmsub: staging region {region.provider} has no rsync_target "
+            "([[staging.regions]]); use --transport s3 or ask your admin"
+        )
+    area = rsync_transport.area_of(region.rsync_target, user, area_id)
+    if region.node_root:
+        return area, rsync_transport.area_of(region.node_root, user, area_id)
+    if rsync_transport.is_url(area):
+        raise UsageError(
+            f"cmsub: staging region {region.provider}: set node_root (where burst nodes "
+            "mount the staging area)"
+        )
+    return area, area
+
+
+def resume_failed(
+    session: Session, checked: Plan, in_items: list[list[Any]], *, claim: bool = True
+) -> Plan:
+    """The same stage-in (items, transport, region) failed before and its area is still
+    there: stage into that area again, so the transfer resumes (rsync skips what arrived,
+    `--partial` keeps a half-sent file; what it did not send itself is compared)."""
+    candidates = session.scalars(
+        select(Transfer)
+        .where(
+            Transfer.user == checked.user,
+            Transfer.direction == "in",
+            Transfer.state == "failed",
+            Transfer.transport == checked.transport,
+            Transfer.cleaned_at.is_(None),
+        )
+        .order_by(Transfer.id.desc())
+        .limit(20)
+    ).all()
+    for row in candidates:
+        area_id = row.stage_dir.rstrip("/").rsplit("/", 1)[-1]
+        area, job_dir = locate(checked.region, checked.transport, checked.user, area_id)
+        if area == row.stage_dir and list(row.items or []) == in_items:
+            if claim:
+                row.cleaned_at = records.now()  # the area is the new chain's now
+            return replace(checked, area=area, job_stage_dir=job_dir, resumes=row.job_id)
+    return checked
 
 
 def _no_clashes(paths: list[str], what: str) -> None:
@@ -139,6 +179,7 @@ def submit(settings: Settings, database: Database, spec: StagingSpec, cwd: Path)
     in_items = [[str(s.source), s.dest, s.is_dir] for s in checked.stage_in]
     out_items = [[s.source, str(s.dest)] for s in checked.stage_out]
     with database.session() as session:
+        checked = resume_failed(session, checked, in_items, claim=not spec.dry_run)
         rows = _row(checked, "in", in_items), _row(checked, "out", out_items)
         session.add_all(rows)
         session.flush()

@@ -2,7 +2,7 @@
 user stages a tree in, the job reads it on a burst node and writes results, and the
 results come back after stage-out with every checksum verified; a file the user cannot read
 is refused at submit time; a stage-in that fails mid-way leaves the job never run, with the
-reason in `cmsub --status`, and submitting again succeeds.
+reason in `cmsub --status`, and submitting again resumes the transfer in the same area.
 
 The lab has no separate data-mover nodes: the transfer jobs run on the cloud partition
 (burst nodes share the head's filesystem here, as a data mover mounts it). The staging
@@ -207,8 +207,12 @@ def test_a_stage_in_failing_midway_leaves_the_job_never_run(lab: BurstLab, test_
 
     broken.chmod(0o644)
     again = as_user(lab, test_user, str(BIN / "cmsub"), "--json", "job.sh", check=True)
+    failed_job = chain["job"]
     chain = json.loads(again.stdout)
+    assert chain["resumes"] == failed_job  # the same area: the transfer resumes
     ids = [chain["stage_in_job"], chain["job"], chain["stage_out_job"]]
     lab.run_until(lambda: finished(lab, ids), timeout_s=400)
     assert [lab.job_field(j, "JobState") for j in ids] == ["COMPLETED"] * 3
     assert (test_user.home / "results" / "sums.txt").is_file()
+    rows = status(lab, test_user, chain["job"])
+    assert rows[0]["files_done"] < rows[0]["files_total"]  # what arrived was not sent again

@@ -238,3 +238,39 @@ def test_an_unprivileged_user_cannot_stage_what_they_cannot_read(lab: Lab) -> No
     # root may not run a user's transfer either: it belongs to the user's uid
     as_root = lab.run("cmsub-transfer", transfer_in)
     assert as_root.returncode == 2 and "belongs to uid 65534" in as_root.stderr
+
+
+def test_a_resubmitted_stage_in_resumes_where_the_failed_one_stopped(lab: Lab) -> None:
+    home = lab.root / "home"
+    home.mkdir(mode=0o777)
+    home.chmod(0o777)
+    job_script(home)
+    tree = home / "tree"
+    tree.mkdir()
+    for index in range(5):
+        (tree / f"f{index}").write_bytes(os.urandom(20_000))
+    for path in (tree, *tree.iterdir()):
+        os.chown(path, NOBODY, NOBODY)
+    first = lab.run("cmsub", "--stage-in", f"{tree}:in", "--json", "job.sh", cwd=home, uid=NOBODY)
+    assert first.returncode == 0, first.stderr
+    chain = json.loads(first.stdout)
+    (tree / "f3").chmod(0)  # after the checks; its owner cannot read it: rsync fails part-way
+    failed = lab.run("cmsub-transfer", lab.calls()[0][-1], uid=NOBODY)
+    assert failed.returncode == 1 and "exited 23" in failed.stderr
+    area = Path(str(chain["stage_dir"]))
+    assert sorted(p.name for p in (area / "in").iterdir()) == ["f0", "f1", "f2", "f4"]
+
+    (tree / "f3").chmod(0o644)
+    again = lab.run("cmsub", "--stage-in", f"{tree}:in", "--json", "job.sh", cwd=home, uid=NOBODY)
+    assert again.returncode == 0, again.stderr
+    second = json.loads(again.stdout)
+    assert second["resumes"] == chain["job"]
+    assert second["stage_dir"] == chain["stage_dir"]  # the same area
+    transfer_in = next(c for c in lab.calls()[len(lab.calls()) - 4 :] if "--hold" in c)[-1]
+    resumed = lab.run("cmsub-transfer", transfer_in, uid=NOBODY)
+    assert resumed.returncode == 0, resumed.stderr
+    rows = json.loads(lab.run("cmsub", "--status", str(second["job"]), "--json").stdout)
+    stage_in = rows["transfers"][0]
+    assert (stage_in["files_total"], stage_in["files_done"]) == (5, 1)  # only f3 was sent
+    assert stage_in["files_verified"] == 5
+    assert stage_in["bytes_done"] == 20_000
