@@ -24,7 +24,7 @@ from clustermgr.config import Settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Transfer
 from clustermgr.errors import ClusterMgrError, NotFoundError, StagingError, UsageError
-from clustermgr.staging import chain, records, rsync_transport, s3_transport
+from clustermgr.staging import chain, director, records, rsync_transport, s3_transport
 from clustermgr.staging.checks import StageIn, StageOut, area_path
 from clustermgr.staging.manifest import FileEntry
 from clustermgr.staging.progress import Progress
@@ -97,7 +97,9 @@ def _check_readable(job: Job) -> None:
             raise StagingError(f"cannot read {str(item.source)!r} (permission denied)")
 
 
-def _move(settings: Settings, job: Job, progress: Progress) -> tuple[list[FileEntry], Report]:
+def _move(
+    settings: Settings, database: Database, job: Job, progress: Progress
+) -> tuple[list[FileEntry], Report]:
     if job.transport == "s3":
         region = next(
             (r for r in settings.staging.regions if r.s3_bucket == job.area[5:].split("/")[0]),
@@ -108,11 +110,12 @@ def _move(settings: Settings, job: Job, progress: Progress) -> tuple[list[FileEn
         s3 = s3_transport.client(
             settings.provider(region.provider), region, settings.staging.s3_workers
         )
-        area = s3_transport.parse_area(job.area)
+        bucket = s3_transport.parse_area(job.area)
         if job.direction == "in":
-            return s3_transport.stage_in(s3, settings.staging, job.stage_in, area, progress)
-        return s3_transport.stage_out(s3, settings.staging, job.stage_out, area, progress)
-    return move_rsync(job.direction, job.area, job.stage_in, job.stage_out, progress)
+            return s3_transport.stage_in(s3, settings.staging, job.stage_in, bucket, progress)
+        return s3_transport.stage_out(s3, settings.staging, job.stage_out, bucket, progress)
+    area = director.resolve(settings, database, job.area)
+    return move_rsync(job.direction, area, job.stage_in, job.stage_out, progress)
 
 
 def move_rsync(
@@ -149,7 +152,7 @@ def run(settings: Settings, database: Database, transfer_id: int, progress: Prog
         _check_readable(job)
         progress.begin(f"stage-{job.direction} {job.stage_id}", _expected(job))
         try:
-            _entries, report = _move(settings, job, progress)
+            _entries, report = _move(settings, database, job, progress)
         finally:
             progress.end()
     except (ClusterMgrError, OSError) as exc:
@@ -224,7 +227,7 @@ def clean(settings: Settings, database: Database, user: str) -> list[str]:
         areas = [(row.stage_id, row.stage_dir, row.transport) for row in outs]
     for stage_id, area, transport in areas:
         with contextlib.suppress(ClusterMgrError, OSError):
-            _remove(settings, area, transport)
+            _remove(settings, director.resolve(settings, database, area), transport)
             with database.session() as session:
                 for row in records.chain_rows(session, stage_id):
                     row.cleaned_at = records.now()
