@@ -8,6 +8,7 @@ not click. Errors are one line: exit 2 for what the user can fix, 1 for failures
 from __future__ import annotations
 
 import os
+import shlex
 import sys
 import traceback
 from collections.abc import Callable
@@ -57,6 +58,7 @@ def cmsub(argv: list[str]) -> None:
     if argv[0] == "--status" or argv[0].startswith("--status="):
         _status(argv)
         return
+    from clustermgr.staging.chain import with_dependency
     from clustermgr.staging.spec import parse_argv
     from clustermgr.staging.submit import submit
 
@@ -66,14 +68,15 @@ def cmsub(argv: list[str]) -> None:
         done = submit(app.settings(), app.database(), spec, Path.cwd())
     finally:
         app.close()
+    shown = {  # what a submission runs; the dependencies name the jobs they wait for
+        "stage_in": done.argv.stage_in,
+        "job": with_dependency(done.argv.job, "afterok", "<stage-in>"),
+        "stage_out": with_dependency(done.argv.stage_out, "afterany", "<job>"),
+    }
     if spec.as_json:
         row = done.row()
         if spec.dry_run:
-            row["argv"] = {
-                "stage_in": done.argv.stage_in,
-                "job": done.argv.job,
-                "stage_out": done.argv.stage_out,
-            }
+            row["argv"] = shown
         emit_json(row)
         return
     plan = done.plan
@@ -82,8 +85,8 @@ def cmsub(argv: list[str]) -> None:
         f"to {plan.region.provider} ({plan.transport})"
     )
     if spec.dry_run:
-        for name in ("stage_in", "job", "stage_out"):
-            print(f"{name}: sbatch {' '.join(repr(a) for a in getattr(done.argv, name))}")
+        for name, argv in shown.items():
+            print(f"{name}: sbatch {' '.join(shlex.quote(a) for a in argv)}")
         return
     if plan.resumes:
         print(f"cmsub: resuming the failed stage-in of job {plan.resumes} (same data, its area)")

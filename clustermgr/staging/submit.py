@@ -82,6 +82,11 @@ def plan(settings: Settings, spec: StagingSpec, cwd: Path, held_bytes: int) -> P
     user, uid = current_user()
     if not spec.script.is_file() or not os.access(spec.script, os.R_OK):
         raise UsageError(f"cmsub: job script {str(spec.script)!r} is not a readable file")
+    if not os.access(staging.transfer_command, os.X_OK):
+        raise UsageError(
+            f"cmsub: [staging] transfer_command {str(staging.transfer_command)!r} is not an "
+            "executable on this host (the transfer jobs run it): ask your admin"
+        )
     stage_in = [check_stage_in(item, cwd) for item in spec.stage_in]
     stage_out = [check_stage_out(item, cwd) for item in spec.stage_out]
     _no_clashes([s.dest for s in stage_in], "--stage-in DEST")

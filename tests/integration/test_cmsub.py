@@ -274,3 +274,21 @@ def test_a_resubmitted_stage_in_resumes_where_the_failed_one_stopped(lab: Lab) -
     assert (stage_in["files_total"], stage_in["files_done"]) == (5, 1)  # only f3 was sent
     assert stage_in["files_verified"] == 5
     assert stage_in["bytes_done"] == 20_000
+
+
+def test_dry_run_prints_the_chain_and_submits_nothing(lab: Lab) -> None:
+    data = lab.root / "d d"
+    data.write_text("x")
+    job_script(lab.root)
+    done = lab.run("cmsub", "--dry-run", "--json", "--stage-in", f"{data}:in", "job.sh", "a b")
+    assert done.returncode == 0, done.stderr
+    argv = json.loads(done.stdout)["argv"]
+    assert argv["job"][1] == "--dependency=afterok:<stage-in>"
+    assert argv["job"][-2:] == ["job.sh", "a b"]
+    assert argv["stage_out"][1] == "--dependency=afterany:<job>"
+    assert lab.calls() == []
+    assert json.loads(lab.run("clustermgr", "transfers", "list", "--json").stdout) == []
+    plain = lab.run("cmsub", "--dry-run", "--stage-in", f"{data}:in", "job.sh", "a b")
+    assert "job: sbatch --parsable '--dependency=afterok:<stage-in>'" in plain.stdout
+    job_line = next(line for line in plain.stdout.splitlines() if line.startswith("job: "))
+    assert job_line.endswith("job.sh 'a b'")
