@@ -15,7 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from clustermgr.errors import ConfigError
-from clustermgr.hostlists import HostlistError, expand
+from clustermgr.hostlists import HostlistError, compress, expand
 from clustermgr.pricing import DEFAULT_BILLING, BillingRule, Price
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
@@ -315,6 +315,10 @@ class TemplateSettings(StrictModel):
     boot_timeout_s: float = Field(600.0, gt=0)
     fallback_templates: list[str] = []
     prices: dict[str, InstancePrice] = {}
+    # on-prem templates (ipmi, redfish providers) only: an idle node's draw, for the kW saved
+    # figure, and how many of the template's nodes always stay on (SuspendExcNodes)
+    idle_kw: float = Field(0.0, ge=0)
+    min_on: int = Field(0, ge=0)
 
     @model_validator(mode="after")
     def _check(self) -> TemplateSettings:
@@ -611,12 +615,7 @@ class Settings(StrictModel):
                     f"template {template.name!r}: provider {template.provider!r} is not defined "
                     f"(known: {known})"
                 )
-            if provider.type in BMC_TYPES:
-                raise ValueError(
-                    f"template {template.name!r}: provider {provider.name!r} is an on-prem power "
-                    f"provider ({provider.type}); the scaling engine does not drive on-prem nodes "
-                    "yet (docs/onprem-power.md)"
-                )
+            _check_power_template(template, provider, self.slurm.onprem_partitions)
             if template.market == "spot" and provider.type in ("local", "openstack"):
                 raise ValueError(
                     f"template {template.name!r}: market 'spot' is not offered by "
@@ -667,6 +666,52 @@ class Settings(StrictModel):
             if template.name == name:
                 return template
         raise ConfigError(f"no template named {name!r} in the configuration")
+
+
+def is_onprem(provider: ProviderSettings) -> bool:
+    """A provider that powers on-prem nodes through their BMCs (ipmi, redfish)."""
+    return provider.type in BMC_TYPES
+
+
+def _check_power_template(
+    template: TemplateSettings, provider: ProviderSettings, onprem_partitions: Sequence[str]
+) -> None:
+    """An on-prem template's nodes are its provider's BMC-managed nodes; a cloud template
+    has no idle power or nodes that stay on."""
+    where = f"template {template.name!r}"
+    if not is_onprem(provider):
+        if template.min_on or template.idle_kw:
+            raise ValueError(
+                f"{where}: min_on and idle_kw are for on-prem templates (ipmi, redfish "
+                f"providers); {provider.name!r} is a {provider.type} provider"
+            )
+        return
+    managed = set(provider.bmc_node_names)
+    outside = [n for n in template.node_names if n not in managed]
+    if outside:
+        raise ValueError(
+            f"{where}: nodes {compress(outside)} are not in bmc_nodes of provider "
+            f"{provider.name!r} (an on-prem template powers only the nodes its BMCs reach)"
+        )
+    classes = {e.instance_type for e in provider.bmc_nodes}
+    unknown = [t for t in template.instance_types if t not in classes]
+    if unknown:
+        raise ValueError(
+            f"{where}: instance_types {unknown} are not hardware classes of provider "
+            f"{provider.name!r} (bmc_nodes instance_type: {', '.join(sorted(classes))})"
+        )
+    if template.market == "spot":
+        raise ValueError(f"{where}: market 'spot' is not offered by {provider.type} providers")
+    if template.min_on > len(template.node_names):
+        raise ValueError(
+            f"{where}: min_on {template.min_on} exceeds the {len(template.node_names)} nodes "
+            f"in nodes {template.nodes!r}"
+        )
+    if template.partition in onprem_partitions:
+        raise ValueError(
+            f"{where}: partition {template.partition!r} is in slurm.onprem_partitions, which "
+            "are never powered down (SuspendExcParts): remove it there to power its nodes"
+        )
 
 
 def _check_directors(

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from clustermgr.config import Settings, TemplateSettings
+from clustermgr.config import Settings, TemplateSettings, is_onprem
 from clustermgr.db.models import Node, NodeEvent, Provider, Region, Template
 from clustermgr.lifecycle import NodeState, transition
 from clustermgr.workload.base import WorkloadNode
@@ -109,7 +109,19 @@ def sync_nodes(
         for name in template.node_names:
             wanted_cloud.add(name)
             values = _cloud_values(template, provider.name, provider.region)
-            _upsert(session, existing, name, "cloud", NodeState.POWERED_DOWN, values, now, report)
+            initial = NodeState.POWERED_DOWN
+            seen = (slurm_nodes or {}).get(name)
+            if is_onprem(provider) and name not in existing and _running(seen):
+                # an on-prem node that is on and in Slurm: UP, holding itself (its instance
+                # id is its name), so policies may power it off once idle
+                initial = NodeState.UP
+                values |= {
+                    "instance_id": name,
+                    "instance_type": template.instance_types[0],
+                    "market": "on-demand",
+                    "launched_at": now,
+                }
+            _upsert(session, existing, name, "cloud", initial, values, now, report)
     if slurm_nodes is not None:
         for name, seen in sorted(slurm_nodes.items()):
             if name in wanted_cloud:
@@ -135,6 +147,16 @@ def sync_nodes(
         else:
             report.still_active.append(name)
     return report
+
+
+def _running(seen: WorkloadNode | None) -> bool:
+    return (
+        seen is not None
+        and seen.responding
+        and not seen.powered_down
+        and not seen.powering_up
+        and seen.state not in ("DOWN", "FUTURE", "UNKNOWN")
+    )
 
 
 def _cloud_values(template: TemplateSettings, provider: str, region: str) -> dict[str, object]:

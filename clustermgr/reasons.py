@@ -15,6 +15,7 @@ BACKOFF = "BACKOFF"
 BOOT_TIMEOUT = "BOOT_TIMEOUT"
 DAEMON = "DAEMON"
 HEALTH = "HEALTH"
+POWER = "POWER"  # an on-prem node not back within its boot timeout after a power on
 PROTECTED = "PROTECTED"
 REFUSED = "REFUSED"
 RESUME_TIMEOUT = "RESUME_TIMEOUT"

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustermgr.config import Settings, TemplateSettings, slurm_features
+from clustermgr.config import Settings, TemplateSettings, is_onprem, slurm_features
 from clustermgr.db.models import InstanceTypeRow
 from clustermgr.hostlists import compress
 from clustermgr.workload.base import WorkloadNode
@@ -78,11 +78,19 @@ def render_slurm_conf(
     ]
     if settings.slurm.onprem_partitions:
         lines.append(f"SuspendExcParts={','.join(settings.slurm.onprem_partitions)}")
+    lines.extend(suspend_exc_nodes(settings))
     if any(t.gpus for t in settings.templates):
         lines.append("GresTypes=gpu")
     lines.append("# Cloud node templates")
     partitions: dict[str, list[str]] = {}
+    powered: set[str] = set()
     for template in settings.templates:
+        if onprem_template(settings, template):
+            if not powered:
+                lines.append(
+                    "# On-prem nodes powered by their BMCs: ordinary nodes, no State=CLOUD"
+                )
+            powered.add(template.partition)
         lines.append(node_line(settings, template, facts))
         partitions.setdefault(template.partition, []).extend(template.node_names)
     for partition, names in partitions.items():
@@ -98,16 +106,33 @@ def render_slurm_conf(
     return lines
 
 
+def onprem_template(settings: Settings, template: TemplateSettings) -> bool:
+    return is_onprem(settings.provider(template.provider))
+
+
+def suspend_exc_nodes(settings: Settings) -> list[str]:
+    """`SuspendExcNodes` for on-prem templates with `min_on`: Slurm keeps that many usable
+    nodes of the template powered up (the sets with counts, as Slurm wants them first)."""
+    kept = [f"{t.nodes}:{t.min_on}" for t in settings.templates if t.min_on]
+    if not kept:
+        return []
+    return [
+        "# On-prem nodes that always stay on (the templates' min_on)",
+        f"SuspendExcNodes={','.join(kept)}",
+    ]
+
+
 def node_line(
     settings: Settings, template: TemplateSettings, facts: Mapping[str, InstanceFacts]
 ) -> str:
     provider = settings.provider(template.provider)
     features = slurm_features(template.features, provider.name, provider.region, template.name)
     gres = f" Gres=gpu:{template.gpu_model}:{template.gpus}" if template.gpus else ""
+    state = "" if is_onprem(provider) else " State=CLOUD"
     return (
         f"NodeName={template.nodes} CPUs={template.cpus} "
         f"RealMemory={real_memory(template, facts)}{gres} "
-        f"Features={','.join(features)} Weight={template.weight} State=CLOUD"
+        f"Features={','.join(features)} Weight={template.weight}{state}"
     )
 
 
@@ -128,7 +153,9 @@ def check_against_slurm(
         problems.extend(_check_hooks(config))
         problems.extend(_check_resume_timeout(settings, config))
     for template in settings.templates:
-        problems.extend(_check_template(template, nodes, facts))
+        problems.extend(
+            _check_template(template, nodes, facts, onprem_template(settings, template))
+        )
     return problems
 
 
@@ -189,6 +216,7 @@ def _check_template(
     template: TemplateSettings,
     nodes: Mapping[str, WorkloadNode],
     facts: Mapping[str, InstanceFacts],
+    onprem: bool = False,
 ) -> list[str]:
     problems: list[str] = []
     missing = [n for n in template.node_names if n not in nodes]
@@ -201,7 +229,7 @@ def _check_template(
         node = nodes.get(name)
         if node is None:
             continue
-        why = _node_mismatch(template, node)
+        why = _node_mismatch(template, node, onprem)
         if why:
             problems.append(f"template {template.name}: node {name}: {why}")
             break  # one line per template is enough to act on
@@ -218,8 +246,10 @@ def _check_template(
     return problems
 
 
-def _node_mismatch(template: TemplateSettings, node: WorkloadNode) -> str | None:
-    if not node.is_cloud:
+def _node_mismatch(template: TemplateSettings, node: WorkloadNode, onprem: bool) -> str | None:
+    if onprem and node.is_cloud:
+        return "is State=CLOUD in slurm.conf: an on-prem node is an ordinary node"
+    if not onprem and not node.is_cloud:
         return "is not State=CLOUD in slurm.conf"
     if node.cpus != template.cpus:
         return f"Slurm has CPUs={node.cpus}, the template says {template.cpus}"

@@ -24,6 +24,7 @@ class IdleTimeout:
     def decide(self, view: ClusterView) -> ScaleDecision:
         wanted = {launch.template for launch in view.proposed.launches}
         stops = []
+        spare = self.spare_onprem(view)
         for node in view.burst_nodes(NodeState.UP):
             template = view.templates.get(node.template or "")
             if template is None or not node.idle or node.idle_since is None:
@@ -32,9 +33,33 @@ class IdleTimeout:
                 continue  # demand for this template: the idle node will get a job
             idle_for = view.now - node.idle_since
             if idle_for >= self.limit and self.period_nearly_paid(view, node, template):
+                if template.onprem:
+                    if spare.get(template.name, 0) <= 0:
+                        continue  # the template's min_on nodes stay on
+                    spare[template.name] -= 1
                 minutes = idle_for.total_seconds() / 60
                 stops.append(Stop(node.name, f"idle_timeout: idle {minutes:.0f} min"))
         return view.proposed.stop(*stops)
+
+    @staticmethod
+    def spare_onprem(view: ClusterView) -> dict[str, int]:
+        """Per on-prem template, how many nodes may be powered off before fewer than its
+        `min_on` stay on (nodes already being stopped count as off)."""
+        spare = {}
+        for name, template in view.templates.items():
+            if template.onprem:
+                on = sum(
+                    1
+                    for n in view.active_nodes(name)
+                    if n.state is not NodeState.STOPPING and not n.settling and not n.power_unknown
+                )
+                stopping = sum(
+                    1
+                    for stop in view.proposed.stops
+                    if (node := view.nodes.get(stop.node)) is not None and node.template == name
+                )
+                spare[name] = on - stopping - template.min_on
+        return spare
 
     def period_nearly_paid(self, view: ClusterView, node: NodeView, template: TemplateView) -> bool:
         if node.launched_at is None:

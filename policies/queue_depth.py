@@ -94,4 +94,11 @@ class QueueDepth:
         # nothing: ask the next one (if all are, the refusal with the reason tells users
         # why their jobs wait)
         healthy = [t for t in policy_mode if not t.blocked] or policy_mode
-        return (healthy[0] if healthy else None), ""
+        # an on-prem template with no powered-off node left to power on is no capacity: ask
+        # the next one (a cloud) instead of waiting for nodes that are not there
+        available = [t for t in healthy if not t.onprem or QueueDepth.bootable(t, view)]
+        return (available[0] if available else None), ""
+
+    @staticmethod
+    def bootable(template: TemplateView, view: ClusterView) -> bool:
+        return len(view.free_slots(template.name)) > view.proposed.launching(template.name)

@@ -11,6 +11,8 @@ from clustermgr.policy.decision import ScaleDecision
 from clustermgr.pricing import BillingRule, Price, price_of
 from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
 
+ONPREM_PROVIDER_TYPES = frozenset({"ipmi", "redfish"})
+
 
 @dataclass(frozen=True)
 class TemplateView:
@@ -37,6 +39,15 @@ class TemplateView:
     # (Code:DIRECTOR) reason: its region's director is not READY yet, so the engine launches
     # none now (the nodes stay held, the jobs pending); a policy may ask another region
     waiting: str | None = None
+    # on-prem templates (ipmi, redfish providers): nodes that always stay on, and an idle
+    # node's draw in kW (what a powered-off node saves)
+    min_on: int = 0
+    idle_kw: float = 0.0
+
+    @property
+    def onprem(self) -> bool:
+        """Its nodes are on-prem machines whose power a BMC controls."""
+        return self.provider_type in ONPREM_PROVIDER_TYPES
 
     @property
     def blocked(self) -> str | None:
@@ -64,6 +75,9 @@ class NodeView:
     idle_since: datetime | None = None
     jobs_end: datetime | None = None  # latest time-limit end of the jobs running on it
     settling: bool = False  # being stopped or failed this cycle: not a free slot yet
+    # on-prem nodes: its BMC did not answer this cycle (power state unknown, never "off"):
+    # not capacity, neither an idle node nor a free slot
+    power_unknown: bool = False
 
     @property
     def is_burst(self) -> bool:
@@ -71,7 +85,12 @@ class NodeView:
 
     @property
     def idle(self) -> bool:
-        return self.state is NodeState.UP and self.slurm is not None and self.slurm.idle
+        return (
+            self.state is NodeState.UP
+            and self.slurm is not None
+            and self.slurm.idle
+            and not self.power_unknown
+        )
 
 
 @dataclass(frozen=True)
@@ -135,7 +154,10 @@ class ClusterView:
         return sorted(
             n.name
             for n in self.burst_nodes(NodeState.POWERED_DOWN, template)
-            if n.slurm is not None and not n.settling and "POWERING_DOWN" not in n.slurm.flags
+            if n.slurm is not None
+            and not n.settling
+            and not n.power_unknown
+            and "POWERING_DOWN" not in n.slurm.flags
         )
 
     def hourly_rate(self) -> float:

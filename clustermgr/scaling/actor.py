@@ -27,7 +27,8 @@ from clustermgr.pricing import BillingRule, price_of
 from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
 from clustermgr.reasons import HOLD_REASON
 from clustermgr.scaling.clamp import LaunchOrder, StopOrder
-from clustermgr.workload.base import Workload
+from clustermgr.scaling.onprem import onprem_providers, power_off_blocked
+from clustermgr.workload.base import Workload, WorkloadNode
 
 log = logging.getLogger(__name__)
 
@@ -53,8 +54,13 @@ class Actor:
         providers: Mapping[str, Provider],
         clock: Callable[[], datetime],
         actor: str = "cm-scale",
+        slurm_nodes: Mapping[str, WorkloadNode] | None = None,
     ):
+        """`slurm_nodes`: Slurm's nodes as this cycle's snapshot saw them; an on-prem node
+        is powered off only when they show it safe (`onprem.power_off_blocked`)."""
         self.settings = settings
+        self.slurm_nodes = slurm_nodes or {}
+        self.onprem = onprem_providers(settings)
         self.db = database
         self.workload = workload
         self.providers = providers
@@ -281,6 +287,8 @@ class Actor:
         by_provider: dict[str, list[str]] = {}
         for provider_name, instance_id in doomed:
             if provider_name and instance_id:
+                if provider_name in self.onprem and self._keep_powered(instance_id, why):
+                    continue  # stays STOPPING or FAILED: the next cycle looks again
                 by_provider.setdefault(provider_name, []).append(instance_id)
         done: set[str] = set()
         for name, ids in sorted(by_provider.items()):
@@ -293,6 +301,14 @@ class Actor:
             except ProviderError as exc:
                 log.warning("terminate on %s failed: %s", name, exc)
         return done
+
+    def _keep_powered(self, node: str, why: str) -> bool:
+        """Never power off an on-prem node with jobs on it or one Slurm still schedules on
+        (an on-prem instance id is the node's name)."""
+        blocked = power_off_blocked(self.slurm_nodes.get(node))
+        if blocked is not None:
+            log.info("not powering %s off yet (%s): %s", node, why, blocked)
+        return blocked is not None
 
     def hold(self, names: Sequence[str], reason: str = HOLD_REASON) -> None:
         """Keep powered-down policy-mode nodes out of scheduling (DRAIN with a reason)."""

@@ -203,6 +203,7 @@ class Engine:
             self._reachable(report),
             self.clock,
             self.actor_name,
+            slurm_nodes=snapshot.workload.nodes,
         )
         act.act_on_judgment(actor, snapshot, judgment, report.acted)
         report.acted.registered = judgment.names(Verdict.REGISTER)

@@ -114,6 +114,8 @@ def template_views(
             prices=t.price_table,
             billing=provider.billing,
             protected=(protected or {}).get(t.name),
+            min_on=t.min_on,
+            idle_kw=t.idle_kw,
         )
     return views
 

@@ -14,6 +14,7 @@ from clustermgr.config import Settings
 from clustermgr.lifecycle import NodeState
 from clustermgr.policy.view import ClusterView, NodeView
 from clustermgr.scaling.observe import NodeRecord, Snapshot, template_views
+from clustermgr.scaling.onprem import PowerFacts, power_facts
 from clustermgr.scaling.reconcile import Judgment
 from clustermgr.scaling.verdicts import FAILING, FINISHING, Judged, Verdict
 
@@ -33,10 +34,11 @@ def build_view(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> Cl
             if job.end_time and (node not in jobs_end or job.end_time > jobs_end[node]):
                 jobs_end[node] = job.end_time
     nodes = {}
+    power = power_facts(settings, snapshot.instances)
     for name, record in snapshot.nodes.items():
         if record.state is NodeState.RETIRED:
             continue  # not a slot any more: policies never see it
-        view = node_view(record, snapshot, jobs_end.get(name), judgment)
+        view = node_view(record, snapshot, jobs_end.get(name), judgment, power)
         judged = judgment.verdicts.get(name)
         nodes[name] = project(view, judged) if judged is not None else view
     return ClusterView(
@@ -52,9 +54,14 @@ def build_view(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> Cl
 
 
 def node_view(
-    record: NodeRecord, snapshot: Snapshot, jobs_end: datetime | None, judgment: Judgment
+    record: NodeRecord,
+    snapshot: Snapshot,
+    jobs_end: datetime | None,
+    judgment: Judgment,
+    power: PowerFacts | None = None,
 ) -> NodeView:
     facts = judgment.facts.get(record.name)
+    onprem = power is not None and record.provider in power.providers
     return NodeView(
         name=record.name,
         kind=record.kind,
@@ -69,6 +76,7 @@ def node_view(
         state_since=record.state_since,
         idle_since=facts.idle_since if facts else record.idle_since,
         jobs_end=jobs_end,
+        power_unknown=onprem and power is not None and power.unknown(record.name),
     )
 
 

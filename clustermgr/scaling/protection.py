@@ -34,7 +34,7 @@ from clustermgr.lifecycle import NodeState
 from clustermgr.reasons import BACKOFF, PROTECTED, Reason
 
 BACKED_OFF = ("THROTTLED", "TRANSIENT")
-COUNTED = ("QUOTA", "INVALID", "AUTH", "OTHER", "BOOT_TIMEOUT", "HEALTH", "RESUME_TIMEOUT")
+COUNTED = ("QUOTA", "INVALID", "AUTH", "OTHER", "BOOT_TIMEOUT", "HEALTH", "RESUME_TIMEOUT", "POWER")
 RESET_EVENT = "template-reset"
 MEMORY = timedelta(days=7)  # failures older than this are forgotten
 

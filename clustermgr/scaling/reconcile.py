@@ -15,8 +15,9 @@ from clustermgr.config import Settings, TemplateSettings
 from clustermgr.directors.lifecycle import is_director
 from clustermgr.lifecycle import NodeState
 from clustermgr.providers.base import TAG_NODE, CloudInstance, InstanceState
-from clustermgr.reasons import BOOT_TIMEOUT, RESUME_TIMEOUT, VANISHED, Reason
+from clustermgr.reasons import BOOT_TIMEOUT, POWER, RESUME_TIMEOUT, VANISHED, Reason
 from clustermgr.scaling.observe import NodeRecord, Snapshot
+from clustermgr.scaling.onprem import onprem_providers
 from clustermgr.scaling.verdicts import (
     FAILING,
     FINISHING,
@@ -79,10 +80,11 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
     bound = {r.instance_id for r in snapshot.nodes.values() if r.instance_id}
     templates = {t.name: t for t in settings.templates}
     conditions = Conditions(templates, snapshot.now)
+    onprem = onprem_providers(settings)
     for record in sorted(snapshot.nodes.values(), key=lambda r: r.name):
         if record.kind != "cloud":
             continue
-        judged = judge_node(templates, conditions, snapshot, record, bound)
+        judged = judge_node(templates, conditions, snapshot, record, bound, onprem)
         if judged.verdict is Verdict.KEEP and not record.instance_id:
             continue  # most of a large cluster, most cycles: nothing to carry
         judgment.verdicts[record.name] = judged
@@ -94,7 +96,7 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
         judgment.resume_requests.setdefault(judged.node, ())
     inflight = set(judgment.relaunch)
     bound |= snapshot.director_instances  # a director's instance is the directors' business
-    judgment.orphans = orphans(snapshot, bound, inflight, orphan_grace_s)
+    judgment.orphans = orphans(snapshot, bound, inflight, orphan_grace_s, onprem)
     return judgment
 
 
@@ -104,6 +106,7 @@ def judge_node(
     snapshot: Snapshot,
     record: NodeRecord,
     bound: set[str],
+    onprem: frozenset[str] = frozenset(),
 ) -> Judged:
     listing = snapshot.instances.get(record.provider or "")
     waiting = None
@@ -123,7 +126,7 @@ def judge_node(
         state=record.state,
         cloud=cloud,
         slurm=slurm,
-        reason=_reason(template, rule.verdict, record, seen),
+        reason=_reason(template, rule.verdict, record, seen, record.provider in onprem),
         instance=waiting or instance,
     )
 
@@ -159,7 +162,10 @@ def _reason(
     verdict: Verdict,
     record: NodeRecord,
     seen: WorkloadNode | None,
+    onprem: bool = False,
 ) -> str:
+    if onprem and verdict in (Verdict.VANISHED, Verdict.BOOT_TIMEOUT):
+        return _power_reason(template, verdict)
     if verdict is Verdict.VANISHED:
         return str(
             Reason(
@@ -180,6 +186,16 @@ def _reason(
     if verdict is Verdict.FINISH_FAIL:
         return record.state_reason
     return ""
+
+
+def _power_reason(template: TemplateSettings | None, verdict: Verdict) -> str:
+    """An on-prem node's failure: it is not gone, its power is the matter."""
+    if verdict is Verdict.VANISHED:
+        return str(Reason(VANISHED, "powered off outside clustermgr (its BMC reports it off)"))
+    timeout = template.boot_timeout_s if template else 0.0
+    return str(
+        Reason(POWER, f"not back within {timeout:.0f} s of its power on (slurmd did not register)")
+    )
 
 
 def _whole_requests(judgment: Judgment, records: Mapping[str, NodeRecord]) -> None:
@@ -270,13 +286,21 @@ def waiting_instance(
 
 
 def orphans(
-    snapshot: Snapshot, bound: set[str], inflight: set[str], grace_s: float
+    snapshot: Snapshot,
+    bound: set[str],
+    inflight: set[str],
+    grace_s: float,
+    onprem: frozenset[str] = frozenset(),
 ) -> dict[str, list[str]]:
     """Instances tagged as ours that no node holds, older than the grace period (an unbound
     instance in ERROR is junk that may still cost money; one being relaunched is not).
-    Director instances (tagged so) are never node orphans: the director lifecycle owns them."""
+    Director instances (tagged so) are never node orphans: the director lifecycle owns them.
+    An on-prem provider lists every node its BMCs power, held by a row or not (a node kept
+    on, one an admin switched on): never an orphan, never powered off as one."""
     found: dict[str, list[str]] = {}
     for provider, listing in sorted(snapshot.instances.items()):
+        if provider in onprem:
+            continue
         for instance in listing.values():
             if instance.instance_id in bound or instance.state is InstanceState.TERMINATED:
                 continue

@@ -561,7 +561,7 @@ def test_a_node_powered_by_two_providers_is_refused(tmp_path: Path) -> None:
         load_settings(path)
 
 
-def test_a_template_on_an_on_prem_power_provider_is_refused_for_now(tmp_path: Path) -> None:
+def test_a_template_on_an_on_prem_power_provider_powers_its_bmc_nodes(tmp_path: Path) -> None:
     template = """
 [[templates]]
 name = "onprem-a100"
@@ -572,8 +572,13 @@ instance_types = ["onprem"]
 image = "-"
 cpus = 64
 memory_mb = 512000
+idle_kw = 2.5
+min_on = 1
 """
     path = tmp_path / "clustermgr.toml"
     path.write_text(BMC_BASE + template)
-    with pytest.raises(ConfigError, match="does not drive on-prem nodes yet"):
+    settings = load_settings(path)
+    assert settings.template("onprem-a100").node_names == ["gpu-01", "gpu-02", "gpu-03", "gpu-04"]
+    path.write_text(BMC_BASE + template.replace("gpu-[01-04]", "gpu-[01-05]"))
+    with pytest.raises(ConfigError, match="not in bmc_nodes of provider 'rack1'"):
         load_settings(path)
