@@ -114,6 +114,15 @@ def _join(pair: Pair, name: str) -> str:
     return f"{pair.area_rel}/{name.rstrip('/')}" if pair.is_dir else pair.area_rel
 
 
+_Local = tuple[str, Path, os.stat_result]
+
+
+def _scan(pair: Pair) -> tuple[list[_Local], list[str]]:
+    """The local side's files and their sha256, in the same order."""
+    files = _local_files(pair)
+    return files, manifest.hash_files([path for _rel, path, _info in files])
+
+
 def _local_files(pair: Pair) -> list[tuple[str, Path, os.stat_result]]:
     """(area path, path, lstat) of the regular files on the local side of `pair`."""
     if not pair.is_dir:
@@ -194,16 +203,12 @@ def transfer(
     compared = repaired = 0
     with ThreadPoolExecutor(max_workers=1) as hasher:
         for pair in pairs:
-            files: list[tuple[str, Path, os.stat_result]] = []
-            digests: Future[list[str]] | None = None
-            if hash_first:  # the source: hashed while rsync reads it too
-                files = _local_files(pair)
-                digests = hasher.submit(manifest.hash_files, [path for _r, path, _i in files])
+            scan: Future[tuple[list[_Local], list[str]]] | None = None
+            if hash_first:  # the source: walked and hashed while rsync reads it too
+                scan = hasher.submit(_scan, pair)
             pair_sent = _copy(pair, progress)
-            if digests is None:
-                files = _local_files(pair)
-                digests = hasher.submit(manifest.hash_files, [path for _r, path, _i in files])
-            hashes = {rel: d for (rel, _p, _i), d in zip(files, digests.result(), strict=True)}
+            files, digests = (scan or hasher.submit(_scan, pair)).result()
+            hashes = {rel: d for (rel, _p, _i), d in zip(files, digests, strict=True)}
             previous = read_previous()
             here = {
                 rel: FileEntry(rel, info.st_size, info.st_mtime_ns, hashes[rel])
