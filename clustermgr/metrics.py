@@ -9,6 +9,7 @@ from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_se
 from prometheus_client import Counter as PromCounter
 
 from clustermgr.reasons import kind_of
+from clustermgr.scaling.onprem import power_saved_kw
 
 if TYPE_CHECKING:
     from clustermgr.policy.view import ClusterView
@@ -44,6 +45,11 @@ class Metrics:
         )
         self.hourly_cost = Gauge(
             "clustermgr_estimated_hourly_cost_dollars", "Running cloud nodes, $/hour", registry=r
+        )
+        self.power_saved = Gauge(
+            "clustermgr_onprem_power_saved_kw",
+            "Estimated kW saved: powered-off on-prem nodes x their template's idle_kw",
+            registry=r,
         )
         self.protected = Gauge(
             "clustermgr_template_protected",
@@ -93,6 +99,7 @@ class Metrics:
                 self.errors.labels(kind=kind).inc()
         self.pending_jobs.set(sum(j.array_tasks for j in view.pending))
         self.pending_gpus.set(pending_gpus(view))
+        self.power_saved.set(power_saved_kw(view))
         for template in view.templates.values():
             self.protected.labels(template.name).set(1 if template.protected else 0)
 

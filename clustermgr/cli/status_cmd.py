@@ -53,6 +53,7 @@ def collect_status(app: AppContext) -> dict[str, Any]:
             )
         ]
         by_template: dict[str, dict[str, int]] = {}
+        onprem = onprem_templates(settings)
         for template, state, count in session.execute(
             select(Node.template, Node.state, func.count())
             .where(Node.kind == "cloud")
@@ -83,6 +84,34 @@ def collect_status(app: AppContext) -> dict[str, Any]:
         "cost_total": round(float(runs[1] or 0.0) + running_cost, 4),
         "protected_templates": protected,
         "backing_off_templates": backing_off,
+        **({"onprem_power": power_saved(onprem, by_template)} if onprem else {}),
+    }
+
+
+def onprem_templates(settings: Settings) -> dict[str, float]:
+    """On-prem templates (ipmi, redfish providers) and their idle power per node, kW."""
+    from clustermgr.config import is_onprem
+
+    return {
+        t.name: t.idle_kw for t in settings.templates if is_onprem(settings.provider(t.provider))
+    }
+
+
+def power_saved(
+    idle_kw: dict[str, float], by_template: dict[str, dict[str, int]]
+) -> dict[str, Any]:
+    """Estimated kW saved now: powered-off on-prem nodes x their template's idle_kw."""
+    templates = {
+        name: {
+            "powered_off": by_template.get(name, {}).get("POWERED_DOWN", 0),
+            "idle_kw": kw,
+            "saved_kw": round(by_template.get(name, {}).get("POWERED_DOWN", 0) * kw, 3),
+        }
+        for name, kw in sorted(idle_kw.items())
+    }
+    return {
+        "saved_kw": round(sum(t["saved_kw"] for t in templates.values()), 3),
+        "templates": templates,
     }
 
 
@@ -120,6 +149,10 @@ def status(app: AppContext, as_json: bool) -> None:
         click.echo(f"{template}: PROTECTED {reason}")
     for template, reason in sorted(data["backing_off_templates"].items()):
         click.echo(f"{template}: BACKING OFF {reason}")
+    power = data.get("onprem_power")
+    if power is not None:
+        off = sum(t["powered_off"] for t in power["templates"].values())
+        click.echo(f"on-prem power: {off} nodes off, ~{power['saved_kw']:.1f} kW saved")
     click.echo(
         f"instances launched: {data['instances_launched']}, cost so far ${data['cost_total']:.2f}"
     )

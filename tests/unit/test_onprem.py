@@ -9,13 +9,14 @@ from typing import Any
 
 import pytest
 
+from clustermgr.cli.status_cmd import power_saved
 from clustermgr.config import PolicyRef, Settings, parse_settings
 from clustermgr.errors import ConfigError
 from clustermgr.lifecycle import NodeState
 from clustermgr.policy import ClusterView, NodeView, TemplateView
 from clustermgr.providers.base import CloudInstance, InstanceState
 from clustermgr.scaling.observe import NodeRecord, Snapshot, template_views
-from clustermgr.scaling.onprem import power_facts, power_off_blocked
+from clustermgr.scaling.onprem import power_facts, power_of, power_off_blocked, power_saved_kw
 from clustermgr.scaling.projection import build_view
 from clustermgr.scaling.reconcile import reconcile
 from clustermgr.scaling.verdicts import Verdict
@@ -325,3 +326,25 @@ def test_onprem_first_changes_nothing_without_on_prem_templates() -> None:
     decision = run(chain, cluster(slots, CLOUD, pending=pending))
     assert [(x.template, x.count) for x in decision.launches] == [("cloud", 1)]
     assert decision.held == {}
+
+
+def test_the_energy_figure_counts_powered_off_on_prem_nodes_only() -> None:
+    nodes = [
+        onprem_node("r1", NodeState.POWERED_DOWN),
+        onprem_node("r2", NodeState.POWERED_DOWN, power_unknown=True),
+        onprem_node("r3", NodeState.UP),
+        replace(onprem_node("c1", NodeState.POWERED_DOWN), template="cloud"),
+    ]
+    assert power_saved_kw(cluster(nodes, ONPREM, CLOUD)) == pytest.approx(2.0)
+    figure = power_saved({"rack": 2.0}, {"rack": {"POWERED_DOWN": 3, "UP": 1}})
+    assert figure == {
+        "saved_kw": 6.0,
+        "templates": {"rack": {"powered_off": 3, "idle_kw": 2.0, "saved_kw": 6.0}},
+    }
+    assert [power_of(s) for s in ("POWERED_DOWN", "BOOTING", "UP", "STOPPING", "RETIRED")] == [
+        "off",
+        "powering-on",
+        "on",
+        "powering-off",
+        "-",
+    ]

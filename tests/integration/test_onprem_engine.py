@@ -1,0 +1,256 @@
+"""The scaling engine on an on-prem template, against real BMC emulators (ipmi_sim through
+ipmitool, sushy-emulator through sushy) and a real database; no Slurm.
+
+Slurm is the edge of the world here: `ScriptedSlurm` answers the engine's snapshot with the
+node states a test sets (as sinfo would show them) and records what the engine told it.
+What is real: the config, the database and its node history, the engine's observe /
+reconcile / policies / clamp / act path, the ipmi and redfish providers, and the BMCs.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from sqlalchemy import select
+
+from clustermgr.config import Settings, parse_settings
+from clustermgr.db.engine import Database
+from clustermgr.db.models import Node, NodeEvent
+from clustermgr.inventory import sync_nodes
+from clustermgr.lifecycle import NodeState
+from clustermgr.providers.registry import make_provider
+from clustermgr.scaling.engine import Engine
+from clustermgr.scaling.onprem import power_saved_kw
+from clustermgr.workload.base import PendingJob, WorkloadNode, WorkloadSnapshot
+from tests.conftest import run_cli
+from tests.integration.test_bmc_providers import (
+    CLUSTER,
+    LONE,
+    NODES,
+    Lab,
+    running_lab,
+    wait_until,
+)
+from tests.unit.test_policies import job
+
+TEMPLATE = "rack"
+
+
+@dataclass
+class ScriptedSlurm:
+    """Slurm as the test scripts it: nodes and pending jobs, and the calls the engine made."""
+
+    nodes: dict[str, WorkloadNode]
+    pending: list[PendingJob] = field(default_factory=list)
+    calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+
+    def snapshot(self) -> WorkloadSnapshot:
+        return WorkloadSnapshot(datetime.now(UTC), dict(self.nodes), tuple(self.pending))
+
+    def config_values(self) -> dict[str, str]:
+        return {"SLURM_VERSION": "22.05.8"}
+
+    def set_addresses(self, addresses: Mapping[str, str]) -> None:
+        self.calls.append(("set_addresses", tuple(sorted(addresses))))
+
+    def power_up(self, nodes: Sequence[str]) -> None:
+        self.calls.append(("power_up", tuple(nodes)))
+
+    def power_down(self, nodes: Sequence[str], reason: str, force: bool = False) -> None:
+        self.calls.append(("power_down_force" if force else "power_down", tuple(nodes)))
+
+    def drain(self, nodes: Sequence[str], reason: str) -> None:
+        self.calls.append(("drain", tuple(nodes)))
+
+    def undrain(self, nodes: Sequence[str]) -> None:
+        self.calls.append(("undrain", tuple(nodes)))
+
+    def show(self, name: str, state: str, *flags: str) -> None:
+        self.nodes[name] = replace(self.nodes[name], state=state, flags=frozenset(flags))
+
+
+@dataclass
+class World:
+    lab: Lab
+    settings: Settings
+    db: Database
+    slurm: ScriptedSlurm
+    now: datetime
+
+    def engine(self) -> Engine:
+        providers = {"rack1": make_provider(self.settings.provider("rack1"), CLUSTER)}
+        return Engine(self.settings, self.db, self.slurm, providers, clock=lambda: self.now)
+
+    def state(self, name: str) -> NodeState:
+        with self.db.session() as session:
+            node = session.scalars(select(Node).where(Node.name == name)).one()
+            return NodeState(node.state)
+
+    def history(self, name: str) -> list[tuple[str, str]]:
+        with self.db.session() as session:
+            node = session.scalars(select(Node).where(Node.name == name)).one()
+            events = session.scalars(
+                select(NodeEvent).where(NodeEvent.node_id == node.id).order_by(NodeEvent.id)
+            )
+            return [(e.new_state, e.reason) for e in events]
+
+
+def config(lab: Lab, tmp: Path) -> dict[str, Any]:
+    provider = lab.settings().model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+    provider["name"] = "rack1"
+    return {
+        "cluster": {"name": CLUSTER},
+        "daemon": {"state_dir": str(tmp / "state")},
+        "providers": [provider],
+        "templates": [
+            {
+                "name": TEMPLATE,
+                "provider": "rack1",
+                "partition": "gpu",
+                "nodes": ",".join(NODES),
+                "instance_types": ["onprem"],
+                "image": "-",
+                "cpus": 2,
+                "memory_mb": 1000,
+                "boot_timeout_s": 300,
+                "idle_kw": 2.5,
+            }
+        ],
+        "policy": {
+            "chain": [
+                {"name": "onprem_first", "options": {"minutes": 15}},
+                {"name": "queue_depth"},
+                {"name": "idle_timeout", "options": {"minutes": 10}},
+            ]
+        },
+    }
+
+
+@pytest.fixture(params=["ipmi", "redfish"])
+def world(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[World]:
+    with running_lab(request.param, tmp_path) as lab:
+        settings = parse_settings(config(lab, tmp_path), "test")
+        db = Database(f"sqlite:///{tmp_path / 'cm.db'}")
+        db.upgrade()
+        off = frozenset({"POWERED_DOWN"})
+        slurm = ScriptedSlurm(
+            {
+                name: WorkloadNode(name, "IDLE", off, cpus=2, memory_mb=1000, partitions=("gpu",))
+                for name in NODES
+            }
+        )
+        now = datetime.now(UTC)
+        with db.session() as session:
+            sync_nodes(session, settings, slurm.nodes, now)
+        yield World(lab, settings, db, slurm, now)
+
+
+def gpu_job(job_id: str) -> PendingJob:
+    return job(job_id, partition="gpu", cpus_per_node=1, gpus_per_node=0, memory_per_node_mb=100)
+
+
+def test_a_pending_job_powers_a_node_on_and_idling_powers_it_off_safely(world: World) -> None:
+    node, lab, slurm = NODES[0], world.lab, world.slurm
+    slurm.pending = [gpu_job("1")]
+    report = world.engine().cycle()
+    assert report.error is None, report.error
+    assert report.launched == [node]  # onprem_first asked for one powered-off node
+    assert world.state(node) is NodeState.BOOTING
+    wait_until(lambda: lab.power(node) == "on", what=f"{node} powered on")
+    assert [lab.power(n) for n in NODES[1:]] == ["off", "off"]
+    assert not any(
+        name == "set_addresses" and node in nodes for name, nodes in slurm.calls
+    )  # its NodeAddr is fixed in slurm.conf: never told
+
+    slurm.pending = []
+    slurm.show(node, "IDLE")  # slurmd registered
+    world.now += timedelta(seconds=60)
+    world.engine().cycle()
+    assert world.state(node) is NodeState.UP
+
+    slurm.show(node, "ALLOCATED")  # a job runs: idle_timeout leaves it alone
+    world.now += timedelta(minutes=30)
+    world.engine().cycle()
+    assert world.state(node) is NodeState.UP and lab.power(node) == "on"
+
+    slurm.show(node, "IDLE")
+    world.engine().cycle()  # idle from now
+    world.now += timedelta(minutes=11)
+    report = world.engine().cycle()
+    assert report.stopped == [node]
+    assert world.state(node) is NodeState.STOPPING
+    assert ("power_down", (node,)) in slurm.calls
+    assert lab.power(node) == "on"  # Slurm still showed it schedulable: not powered off yet
+
+    slurm.show(node, "IDLE", "POWERING_DOWN")  # Slurm's power saving took it out
+    world.now += timedelta(seconds=30)
+    world.engine().cycle()
+    assert world.state(node) is NodeState.POWERED_DOWN
+    assert lab.power(node) == "off"
+    assert "soft-off" in lab.actions(node)  # a graceful shutdown first
+    states = [state for state, _reason in world.history(node)]
+    assert states[-5:] == ["LAUNCHING", "BOOTING", "UP", "STOPPING", "POWERED_DOWN"]
+
+
+def test_a_node_whose_bmc_does_not_answer_is_no_capacity_and_saves_no_power(
+    world: World,
+) -> None:
+    silent = LONE  # its BMC serves it alone (a redfish emulator may serve several nodes)
+    world.lab.hang(silent)
+    engine = world.engine()
+    report = engine.cycle()
+    assert report.view is not None
+    assert report.view.nodes[silent].power_unknown
+    assert silent not in report.view.free_slots(TEMPLATE)
+    assert power_saved_kw(report.view) == pytest.approx(2 * 2.5)
+    world.slurm.pending = [gpu_job("1")]
+    report = engine.cycle()
+    assert report.launched == [NODES[0]]  # a node whose BMC answers
+    assert world.state(silent) is NodeState.POWERED_DOWN
+
+
+ONPREM_TOML = """
+[cluster]
+name = "onprem-cli"
+
+[[providers]]
+name = "rack1"
+type = "ipmi"
+region = "hall-a"
+credentials = { source = "password_file", username = "admin", secret_file = "/nonexistent" }
+bmc_nodes = [{ nodes = "gpu-[01-04]", address = "{node}-bmc", instance_type = "dgx" }]
+
+[[templates]]
+name = "rack"
+provider = "rack1"
+partition = "gpu"
+nodes = "gpu-[01-04]"
+instance_types = ["dgx"]
+image = "-"
+cpus = 64
+memory_mb = 512000
+idle_kw = 2.5
+min_on = 1
+"""
+
+
+def test_nodes_list_shows_power_and_status_the_kw_saved(tmp_path: Path) -> None:
+    config_file = tmp_path / "clustermgr.toml"
+    config_file.write_text(ONPREM_TOML)
+    site = ("--db", f"sqlite:///{tmp_path / 'cm.db'}", "--config", str(config_file))
+    assert run_cli(*site, "db", "upgrade").returncode == 0
+    assert run_cli(*site, "nodes", "sync", "--no-slurm").returncode == 0
+    rows = json.loads(run_cli(*site, "nodes", "list", "--json").stdout)
+    assert {(row["name"], row["power"]) for row in rows} == {
+        (f"gpu-0{i}", "off") for i in range(1, 5)
+    }
+    assert "POWER" in run_cli(*site, "nodes", "list").stdout
+    status = json.loads(run_cli(*site, "status", "--json").stdout)
+    assert status["onprem_power"]["saved_kw"] == pytest.approx(4 * 2.5)
+    assert "~10.0 kW saved" in run_cli(*site, "status").stdout
