@@ -51,6 +51,27 @@ ALLOWED: dict[NodeState, frozenset[NodeState]] = {
 ACTIVE_CLOUD_STATES = frozenset({S.LAUNCHING, S.BOOTING, S.UP, S.DRAINING, S.STOPPING})
 
 
+# an on-prem node's power as the engine's record has it (the BMC's own answer, which may be
+# "unknown", is `clustermgr providers instances NAME`)
+POWER_BY_STATE = {
+    S.POWERED_DOWN: "off",
+    S.REQUESTED: "off",
+    S.LAUNCHING: "powering-on",
+    S.BOOTING: "powering-on",
+    S.UP: "on",
+    S.DRAINING: "on",
+    S.STOPPING: "powering-off",
+    S.FAILED: "powering-off",
+}
+
+
+def power_of(state: str) -> str:
+    try:
+        return POWER_BY_STATE.get(NodeState(state), "-")
+    except ValueError:
+        return "-"
+
+
 def can_transition(old: NodeState, new: NodeState) -> bool:
     return new in ALLOWED[old]
 

@@ -11,8 +11,7 @@ import click
 from clustermgr.cli.context import AppContext
 from clustermgr.cli.output import emit, emit_json, emit_table
 from clustermgr.errors import NotFoundError, UsageError
-from clustermgr.lifecycle import NodeState
-from clustermgr.scaling.onprem import power_of
+from clustermgr.lifecycle import NodeState, power_of
 
 NODE_KEYS = (
     "name",
@@ -130,7 +129,8 @@ def list_nodes(
         result = session.connection().execute(query).all()
         rows = [dict(zip(NODE_KEYS, row, strict=True)) for row in result]
     shown: tuple[str, ...] = TABLE_COLUMNS
-    powered = _onprem_providers(app)
+    with app.database(validate_config=False).session() as session:
+        powered = _onprem_providers(session)
     if powered:  # on-prem templates configured: each node's power, as the engine has it
         for row in rows:
             row["power"] = power_of(row["state"]) if row["provider"] in powered else "-"
@@ -143,15 +143,15 @@ def list_nodes(
     emit(rows, shown, as_json, "Nodes")
 
 
-def _onprem_providers(app: AppContext) -> frozenset[str]:
-    from clustermgr.errors import ConfigError
-    from clustermgr.scaling.onprem import onprem_providers
+def _onprem_providers(session: Any) -> frozenset[str]:
+    """Providers that power on-prem nodes, from the providers table (`nodes sync` mirrors
+    the config there), so a listing needs neither a valid config nor pydantic."""
+    from sqlalchemy import select
 
-    try:
-        settings = app.settings_if_any()
-    except ConfigError:
-        return frozenset()  # a listing needs no valid config: no power column then
-    return onprem_providers(settings) if settings is not None else frozenset()
+    from clustermgr.db.models import Provider
+
+    query = select(Provider.name).where(Provider.type.in_(("ipmi", "redfish")))
+    return frozenset(session.scalars(query))
 
 
 def _load_node(session: Any, name: str) -> Any:

@@ -65,27 +65,6 @@ def power_off_blocked(seen: WorkloadNode | None) -> str | None:
     return None
 
 
-# an on-prem node's power as the engine's record has it (the BMC's own answer, which may be
-# "unknown", is `clustermgr providers instances NAME`)
-POWER_BY_STATE = {
-    NodeState.POWERED_DOWN: "off",
-    NodeState.REQUESTED: "off",
-    NodeState.LAUNCHING: "powering-on",
-    NodeState.BOOTING: "powering-on",
-    NodeState.UP: "on",
-    NodeState.DRAINING: "on",
-    NodeState.STOPPING: "powering-off",
-    NodeState.FAILED: "powering-off",
-}
-
-
-def power_of(state: str) -> str:
-    try:
-        return POWER_BY_STATE.get(NodeState(state), "-")
-    except ValueError:
-        return "-"
-
-
 def power_saved_kw(view: ClusterView) -> float:
     """Estimated kW saved now: powered-off on-prem nodes x their template's idle power (a
     node whose BMC did not answer is not counted as off)."""
@@ -100,11 +79,9 @@ def power_saved_kw(view: ClusterView) -> float:
 
 
 __all__ = [
-    "POWER_BY_STATE",
     "PowerFacts",
     "onprem_providers",
     "power_facts",
-    "power_of",
     "power_off_blocked",
     "power_saved_kw",
 ]

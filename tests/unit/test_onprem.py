@@ -12,11 +12,11 @@ import pytest
 from clustermgr.cli.status_cmd import power_saved
 from clustermgr.config import PolicyRef, Settings, parse_settings
 from clustermgr.errors import ConfigError
-from clustermgr.lifecycle import NodeState
+from clustermgr.lifecycle import NodeState, power_of
 from clustermgr.policy import ClusterView, NodeView, TemplateView
 from clustermgr.providers.base import CloudInstance, InstanceState
 from clustermgr.scaling.observe import NodeRecord, Snapshot, template_views
-from clustermgr.scaling.onprem import power_facts, power_of, power_off_blocked, power_saved_kw
+from clustermgr.scaling.onprem import power_facts, power_off_blocked, power_saved_kw
 from clustermgr.scaling.projection import build_view
 from clustermgr.scaling.reconcile import reconcile
 from clustermgr.scaling.verdicts import Verdict
