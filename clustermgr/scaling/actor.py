@@ -154,6 +154,9 @@ class Actor:
         with self.db.session() as session:
             for node in self._nodes(session, list(instances)):
                 instance = instances[node.name]
+                if node.state == NodeState.POWERED_DOWN.value:  # an on-prem node found on
+                    reason = "already on (BMC on, registered in Slurm): adopted"
+                    transition(node, NodeState.LAUNCHING, reason, self.actor, now=now)
                 hourly = price_of(
                     template.price_table,
                     template.instance_types,

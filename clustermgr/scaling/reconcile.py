@@ -8,7 +8,7 @@ phase carries the judgment out; a dry run prints it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from clustermgr.config import Settings, TemplateSettings
@@ -85,6 +85,8 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
         if record.kind != "cloud":
             continue
         judged = judge_node(templates, conditions, snapshot, record, bound, onprem)
+        if record.provider in onprem:
+            judged = _already_on(judged, record, snapshot)
         if judged.verdict is Verdict.KEEP and not record.instance_id:
             continue  # most of a large cluster, most cycles: nothing to carry
         judgment.verdicts[record.name] = judged
@@ -186,6 +188,24 @@ def _reason(
     if verdict is Verdict.FINISH_FAIL:
         return record.state_reason
     return ""
+
+
+def _already_on(judged: Judged, record: NodeRecord, snapshot: Snapshot) -> Judged:
+    """An on-prem node recorded off that its BMC reports on and Slurm has registered (kept
+    on by SuspendExcNodes, switched on by an admin, on before clustermgr managed it) is
+    adopted: bound to itself, then UP once registered, so policies may power it off.
+    Without this a policy-mode hold would power it down in Slurm while it stays on."""
+    if record.state is not NodeState.POWERED_DOWN or record.instance_id:
+        return judged
+    instance = snapshot.instances.get(record.provider or "", {}).get(record.name)
+    seen = snapshot.workload.nodes.get(record.name)
+    if instance is None or instance.state is not InstanceState.RUNNING or seen is None:
+        return judged
+    if judged.slurm not in (SlurmSeen.REGISTERED, SlurmSeen.HELD) or not seen.responding:
+        return judged
+    if seen.powered_down or seen.powering_up:
+        return judged
+    return replace(judged, verdict=Verdict.ADOPT, instance=instance)
 
 
 def _power_reason(template: TemplateSettings | None, verdict: Verdict) -> str:

@@ -215,6 +215,20 @@ def test_a_node_whose_bmc_does_not_answer_is_no_capacity_and_saves_no_power(
     assert world.state(silent) is NodeState.POWERED_DOWN
 
 
+def test_a_node_switched_on_by_hand_is_adopted_then_up(world: World) -> None:
+    node = NODES[1]
+    world.lab.press_power_button(node)
+    wait_until(lambda: world.lab.power(node) == "on", what=f"{node} on by hand")
+    world.slurm.show(node, "IDLE")  # its slurmd registered
+    world.engine().cycle()
+    assert world.state(node) is NodeState.BOOTING
+    world.engine().cycle()
+    assert world.state(node) is NodeState.UP
+    assert world.lab.actions(node).count("on") <= 1  # the engine never powered it on again
+    reasons = [reason for _state, reason in world.history(node)]
+    assert any("adopted" in reason for reason in reasons)
+
+
 ONPREM_TOML = """
 [cluster]
 name = "onprem-cli"

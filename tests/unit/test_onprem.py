@@ -348,3 +348,29 @@ def test_the_energy_figure_counts_powered_off_on_prem_nodes_only() -> None:
         "powering-off",
         "-",
     ]
+
+
+def test_an_on_prem_node_found_on_and_registered_is_adopted_not_powered_down() -> None:
+    parsed = settings()
+    records = [record(f"gpu-0{i}", NodeState.POWERED_DOWN) for i in range(1, 5)]
+    power = {
+        "gpu-01": InstanceState.RUNNING,  # on and registered (held by the policy-mode hold)
+        "gpu-02": InstanceState.RUNNING,  # on, but Slurm has it powered down: left alone
+        "gpu-03": InstanceState.TERMINATED,
+        "gpu-04": InstanceState.UNKNOWN,
+    }
+    hold = replace(node("gpu-01", "IDLE", "DRAIN"), reason="clustermgr: held")
+    slurm = {
+        "gpu-01": hold,
+        "gpu-02": node("gpu-02", "IDLE", "POWERED_DOWN"),
+        "gpu-03": node("gpu-03", "IDLE", "POWERED_DOWN"),
+        "gpu-04": node("gpu-04", "IDLE"),
+    }
+    judgment = reconcile(parsed, snapshot(records, power, slurm), orphan_grace_s=0)
+    adopted = judgment.verdicts["gpu-01"]
+    assert adopted.verdict is Verdict.ADOPT and adopted.instance is not None
+    assert adopted.instance.instance_id == "gpu-01"
+    assert all(
+        judgment.verdicts.get(n) is None or judgment.verdicts[n].verdict is not Verdict.ADOPT
+        for n in ("gpu-02", "gpu-03", "gpu-04")
+    )
