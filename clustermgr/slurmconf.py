@@ -48,6 +48,18 @@ def resume_timeout_s(settings: Settings) -> int:
     return int(worst) + RESUME_MARGIN_S
 
 
+def suspend_timeout_s(settings: Settings) -> int:
+    """Time for a terminate to finish: on-prem templates' providers wait for a graceful
+    shutdown and the hard off, which the power-down has to cover, plus one cycle."""
+    worst = float(SUSPEND_TIMEOUT_S)
+    for template in settings.templates:
+        provider = settings.provider(template.provider)
+        if is_onprem(provider):
+            off = provider.soft_off_timeout_s + provider.hard_off_timeout_s
+            worst = max(worst, off + settings.daemon.interval_s)
+    return int(worst)
+
+
 def render_slurm_conf(
     settings: Settings, facts: Mapping[str, InstanceFacts] | None = None
 ) -> list[str]:
@@ -66,8 +78,9 @@ def render_slurm_conf(
         f"# ResumeTimeout = worst boot timeout + 2 cycles ({settings.daemon.interval_s:.0f} s) "
         "+ a fallback boot + 60 s",
         f"ResumeTimeout={resume_timeout_s(settings)}",
-        f"# SuspendTimeout: time for a terminate to finish ({SUSPEND_TIMEOUT_S} s)",
-        f"SuspendTimeout={SUSPEND_TIMEOUT_S}",
+        f"# SuspendTimeout: time for a terminate to finish ({SUSPEND_TIMEOUT_S} s; on-prem: "
+        "a graceful shutdown, the hard off and a cycle)",
+        f"SuspendTimeout={suspend_timeout_s(settings)}",
         "# Idle nodes of 'policy' templates are stopped by the idle_timeout policy;",
         "# Slurm's own SuspendTime stops idle nodes of 'slurm' templates.",
         "SuspendTime=600",

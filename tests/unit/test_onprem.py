@@ -123,6 +123,7 @@ def test_slurm_conf_has_ordinary_on_prem_nodes_and_keeps_min_on_of_them_up() -> 
     assert "SuspendExcNodes=gpu-[01-04]:1" in lines
     assert "PartitionName=gpu Nodes=gpu-[01-04] State=UP" in lines
     assert not any(line.startswith("SuspendExcParts") for line in lines)
+    assert "SuspendTimeout=180" in lines  # soft off 120 s + hard off 30 s + a 30 s cycle
     assert any(line.startswith("ResumeProgram=") for line in lines)
     cloud_flagged = {
         f"gpu-0{i}": WorkloadNode(
