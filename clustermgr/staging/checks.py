@@ -68,10 +68,24 @@ def _escapes(link: Path, tree: Path) -> bool:
     return os.path.commonpath([resolved, str(tree)]) != str(tree)
 
 
+def _unsearchable_parent(path: Path) -> Path | None:
+    """The first existing directory above `path` the user may not enter, if any."""
+    for parent in reversed(path.parents):
+        if parent.is_dir() and not os.access(parent, os.X_OK):
+            return parent
+    return None
+
+
 def check_stage_in(item: StageItem, cwd: Path) -> StageIn:
     what = item.describe("in")
     source = Path(os.path.abspath(cwd / item.source))
     if not os.path.lexists(source):
+        blocked = _unsearchable_parent(source)
+        if blocked is not None:  # it may well exist: the user cannot look
+            raise UsageError(
+                f"cmsub: {what}: you cannot read {str(source)!r} "
+                f"(no permission to enter {str(blocked)!r})"
+            )
         raise UsageError(f"cmsub: {what}: SRC {str(source)!r} does not exist")
     source = source.resolve() if source.is_symlink() else source  # SRC itself may be a link
     if not source.exists():

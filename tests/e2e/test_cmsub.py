@@ -125,7 +125,7 @@ JOB = """#!/bin/bash
 mkdir -p "$CMSUB_STAGE_DIR/results"
 cd "$CMSUB_STAGE_DIR/input"
 sha256sum a.dat 'sub dir/b c.dat' > "$CMSUB_STAGE_DIR/results/sums.txt"
-hostname > "$CMSUB_STAGE_DIR/results/host.txt"
+echo "$SLURMD_NODENAME" > "$CMSUB_STAGE_DIR/results/host.txt"
 """
 
 
@@ -178,6 +178,7 @@ def test_a_file_the_user_cannot_read_is_refused_at_submit_time(
     secret = lab.workdir / "root-only.dat"
     secret.write_text("no")
     secret.chmod(0o600)
+    make_tree(test_user)  # the job's own #CMSUB stage-in is fine
     write_job(test_user)
     done = as_user(lab, test_user, str(BIN / "cmsub"), "--stage-in", str(secret), "job.sh")
     assert done.returncode == 2

@@ -31,6 +31,7 @@ from clustermgr.providers.local import net
 from tests.conftest import cannot_run
 from tests.e2e.conftest import _can_burst
 from tests.fakes.aws_fake import FakeAws
+from tests.fakes.aws_harness import ACCESS_KEY, SECRET_KEY
 from tests.labs.cloudlab import CloudLab, LabOptions, cloud_lab, local_id
 
 API_TIMEOUT_S = 2.0
@@ -295,3 +296,23 @@ def test_disk_full_on_the_state_dir_is_one_line_and_the_daemon_recovers(lab: Fau
         filler.unlink()
     lab.wait_done(job)
     assert "Traceback" not in lab.log_since(offset), lab.log_since(offset)[-3000:]
+
+
+def test_credentials_revoked_mid_run_is_one_line_naming_the_source_and_recovers(
+    lab: FaultLab,
+) -> None:
+    lab.wait_rest()  # no idle node: the job needs a launch
+    offset = lab.log_offset()
+    lab.fake.reject_access_key(ACCESS_KEY)  # the key the daemon runs with, revoked
+    job = lab.run_job()
+    lab.wait_faulted(
+        "a cycle that says the credentials were rejected",
+        lambda: "AUTH" in lab.log_since(offset),
+        60,
+    )
+    log = lab.log_since(offset)
+    assert "Traceback" not in log and SECRET_KEY not in log, log[-3000:]
+    assert lab.alive()
+    assert (lab.lab.job(job, "JobState"), lab.lab.job(job, "Restarts")) == ("PENDING", "0")
+    lab.clear()  # the key is valid again
+    lab.wait_done(job)
