@@ -60,6 +60,12 @@ def suspend_timeout_s(settings: Settings) -> int:
     return int(worst)
 
 
+def suspend_comment(settings: Settings) -> str:
+    if suspend_timeout_s(settings) == SUSPEND_TIMEOUT_S:
+        return f"# SuspendTimeout: time for a terminate to finish ({SUSPEND_TIMEOUT_S} s)"
+    return "# SuspendTimeout: an on-prem node's graceful shutdown, its hard off and a cycle"
+
+
 def render_slurm_conf(
     settings: Settings, facts: Mapping[str, InstanceFacts] | None = None
 ) -> list[str]:
@@ -78,8 +84,7 @@ def render_slurm_conf(
         f"# ResumeTimeout = worst boot timeout + 2 cycles ({settings.daemon.interval_s:.0f} s) "
         "+ a fallback boot + 60 s",
         f"ResumeTimeout={resume_timeout_s(settings)}",
-        f"# SuspendTimeout: time for a terminate to finish ({SUSPEND_TIMEOUT_S} s; on-prem: "
-        "a graceful shutdown, the hard off and a cycle)",
+        suspend_comment(settings),
         f"SuspendTimeout={suspend_timeout_s(settings)}",
         "# Idle nodes of 'policy' templates are stopped by the idle_timeout policy;",
         "# Slurm's own SuspendTime stops idle nodes of 'slurm' templates.",
