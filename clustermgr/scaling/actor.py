@@ -163,7 +163,17 @@ class Actor:
                     instance.instance_type,
                     instance.lifecycle,
                 )
-                bind_instance(session, node, instance, template.name, now, self.actor, hourly)
+                bind_instance(
+                    session,
+                    node,
+                    instance,
+                    template.name,
+                    now,
+                    self.actor,
+                    hourly,
+                    # an on-prem node is its own "instance" every power cycle, and unbilled
+                    billed=template.provider not in onprem_providers(self.settings),
+                )
 
     def wake(self, names: Sequence[str]) -> None:
         """Ask Slurm to power the nodes up before their instances exist: slurmctld ends
@@ -353,6 +363,7 @@ def bind_instance(
     now: datetime,
     actor: str,
     hourly_price: float,
+    billed: bool = True,
 ) -> None:
     node.instance_id = instance.instance_id
     node.instance_type = instance.instance_type
@@ -366,6 +377,8 @@ def bind_instance(
         actor,
         now=now,
     )
+    if not billed:
+        return
     session.add(
         InstanceRun(
             node=node.name,
