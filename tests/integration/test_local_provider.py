@@ -287,6 +287,8 @@ def test_a_launch_killed_between_namespace_and_record_leaks_nothing(
     try:
         # the namespace and slurmd's boot script exist, the record does not say it runs
         assert wait_for(lambda: list(records(state_dir).values()) == ["starting"], timeout=30)
+        # ...and the child is inside the stall (its use saved), so the launch below is not
+        assert wait_for(lambda: not (state_dir / local_state.FAULTS_FILE).exists(), timeout=30)
         (dead,) = records(state_dir)
         assert (NETNS_DIR / netns_name(dead)).exists()
         on_its_way = namespace_pids(dead)
