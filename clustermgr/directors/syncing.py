@@ -22,16 +22,20 @@ import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
 from clustermgr.config import Settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Director
-from clustermgr.directors import ldap_sync, replication
+from clustermgr.directors import replication
 from clustermgr.directors.health import DirectorInfo
 from clustermgr.directors.state import DirectorState
 from clustermgr.errors import ClusterMgrError
+
+if TYPE_CHECKING:
+    from clustermgr.directors import ldap_sync
 
 log = logging.getLogger(__name__)
 
@@ -123,6 +127,8 @@ class DirectorSync:
         for image in names:
             self._images(done, image=image, director=director.name, machine_images=False)
         if self.settings.ldap is not None and director.private_address:
+            from clustermgr.directors import ldap_sync  # ldap3: only where LDAP is set up
+
             target = ldap_sync.DirectorTarget(director.id, director.name, director.private_address)
             self._ldap(done, target)
         return done
@@ -139,6 +145,8 @@ class DirectorSync:
         return done.lines
 
     def _serving_targets(self) -> list[ldap_sync.DirectorTarget]:
+        from clustermgr.directors import ldap_sync
+
         with self.db.session() as session:
             rows = session.scalars(select(Director).order_by(Director.name)).all()
             return [
@@ -175,6 +183,8 @@ class DirectorSync:
 
     def _ldap(self, done: SyncSummary, target: ldap_sync.DirectorTarget) -> None:
         assert self.settings.ldap is not None
+        from clustermgr.directors import ldap_sync
+
         try:
             outcome = ldap_sync.sync_director(self.db, self.settings.ldap, target)
         except ClusterMgrError as exc:
