@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit, emit_json, emit_table
+from clustermgr.cli.output import emit, emit_fields, emit_json, emit_table
 from clustermgr.errors import NotFoundError
 
 LIST_COLUMNS = (
@@ -93,10 +93,7 @@ def show(app: AppContext, name: str, as_json: bool) -> None:
             }
         )
         return
-    width = max(len(key) for key in detail)
-    for key, value in detail.items():
-        shown = value.isoformat() if isinstance(value, datetime) else value
-        click.echo(f"{key:<{width}}  {'-' if shown in (None, '') else shown}")
+    emit_fields(detail)
     click.echo()
     emit_table(events, EVENT_COLUMNS, f"Events of {name}")
     if images:

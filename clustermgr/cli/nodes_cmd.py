@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit, emit_json, emit_table
+from clustermgr.cli.output import emit, emit_fields, emit_json, emit_table
 from clustermgr.errors import NotFoundError, UsageError
 from clustermgr.lifecycle import NodeState, power_of
 
@@ -178,10 +178,7 @@ def show(app: AppContext, name: str, as_json: bool) -> None:
     if as_json:
         emit_json(row)
         return
-    width = max(len(key) for key in row)
-    for key, value in row.items():
-        shown = value.isoformat() if isinstance(value, datetime) else value
-        click.echo(f"{key:<{width}}  {'-' if shown in (None, '') else shown}")
+    emit_fields(row)
 
 
 @nodes.command()

@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
+import click
+
 
 def _default(value: Any) -> Any:
     if isinstance(value, datetime):
@@ -42,6 +44,14 @@ def emit_table(
         console.print(table)
     else:
         console.print(f"no {title.lower() if title else 'rows'}")
+
+
+def emit_fields(row: Mapping[str, Any]) -> None:
+    """One record as aligned `key  value` lines (times in ISO 8601, empty as `-`)."""
+    width = max(len(key) for key in row)
+    for key, value in row.items():
+        shown = value.isoformat() if isinstance(value, datetime) else value
+        click.echo(f"{key:<{width}}  {'-' if shown in (None, '') else shown}")
 
 
 def _cell(value: Any) -> str:
