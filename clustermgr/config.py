@@ -300,6 +300,7 @@ class TemplateSettings(StrictModel):
     placement_group: str | None = None
     key_name: str | None = None
     network: str | None = None
+    volume_size_gb: int | None = Field(None, ge=1)  # root volume; None: the image's own size
     partition: str = Field(min_length=1)
     nodes: str = Field(min_length=1, description="Slurm hostlist of this template's node names")
     cpus: int = Field(ge=1)
@@ -616,6 +617,7 @@ class Settings(StrictModel):
                     f"(known: {known})"
                 )
             _check_power_template(template, provider, self.slurm.onprem_partitions)
+            _check_volume(f"template {template.name!r}", template.volume_size_gb, provider)
             if template.market == "spot" and provider.type in ("local", "openstack"):
                 raise ValueError(
                     f"template {template.name!r}: market 'spot' is not offered by "
@@ -714,6 +716,15 @@ def _check_power_template(
         )
 
 
+def _check_volume(where: str, size_gb: int | None, provider: ProviderSettings) -> None:
+    """A root volume size only where the provider can size one (aws, azure, openstack)."""
+    if size_gb is not None and (provider.type == "local" or provider.type in BMC_TYPES):
+        raise ValueError(
+            f"{where}: volume_size_gb is set, but {provider.type} provider {provider.name!r} "
+            "cannot size a root volume (only aws, azure and openstack can): remove it"
+        )
+
+
 def _check_directors(
     directors: list[DirectorSettings],
     providers: dict[str, ProviderSettings],
@@ -731,6 +742,7 @@ def _check_directors(
             )
         if provider.type in BMC_TYPES:
             raise ValueError(f"{where}: provider {provider.name!r} is on-prem; it has no director")
+        _check_volume(where, director.volume_size_gb, provider)
         if director.region is not None and director.region != provider.region:
             raise ValueError(
                 f"{where}: region {director.region!r} is not provider {provider.name!r}'s "

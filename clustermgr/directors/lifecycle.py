@@ -209,6 +209,7 @@ def launch_spec(spec: DirectorSettings, name: str, user_data: str = "") -> Launc
         instance_profile=spec.instance_profile,
         key_name=spec.key_name,
         network=spec.network,
+        root_volume_gb=spec.volume_size_gb,
     )
 
 

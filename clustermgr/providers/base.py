@@ -57,6 +57,9 @@ class LaunchSpec:
     placement_group: str | None = None
     key_name: str | None = None
     network: str | None = None
+    # the root (boot) volume in GB; None: the image's own size. AWS: an EBS mapping for the
+    # image's root device; Azure: osDisk.diskSizeGB; OpenStack: boot from a new volume
+    root_volume_gb: int | None = None
 
 
 @dataclass(frozen=True)

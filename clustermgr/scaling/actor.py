@@ -129,6 +129,7 @@ class Actor:
             placement_group=template.placement_group,
             key_name=template.key_name,
             network=template.network,
+            root_volume_gb=template.volume_size_gb,
         )
 
     def controller_version(self) -> str:

@@ -640,6 +640,9 @@ class FakeAzure:
             "Deallocate",
         ):
             raise ArmError(400, "InvalidParameter", "Spot VMs need an evictionPolicy.")
+        size = props.get("storageProfile", {}).get("osDisk", {}).get("diskSizeGB")
+        if size is not None and (not isinstance(size, int) or not 1 <= size <= 4095):
+            raise ArmError(400, "InvalidParameter", f"The value {size} of diskSizeGB is invalid.")
         data = props.get("osProfile", {}).get("customData")
         if data is not None:
             base64.b64decode(data, validate=True)
@@ -683,7 +686,13 @@ class FakeAzure:
                 "id": self._rid("Microsoft.Compute/disks", disk_name),
                 "name": disk_name,
                 "location": self.location,
-                "properties": {"provisioningState": "Succeeded", "diskState": "Attached"},
+                "properties": {
+                    "provisioningState": "Succeeded",
+                    "diskState": "Attached",
+                    "diskSizeGB": vm["properties"]["storageProfile"]["osDisk"].get(
+                        "diskSizeGB", 30
+                    ),
+                },
             }
 
         return finish

@@ -672,8 +672,9 @@ class FakeOpenStack:
         if not isinstance(spec, dict) or not spec.get("name"):
             raise NovaError(400, "Invalid input for field/attribute server.")
         flavor = self._create_flavor(spec)
+        volumes = self._boot_volumes(spec)
         image_id = str(spec.get("imageRef") or "")
-        if image_id not in self.images.values():
+        if not volumes and image_id not in self.images.values():
             raise NovaError(400, f"Can not find requested image {image_id}")
         networks = self._create_networks(spec.get("networks"))
         key_name = spec.get("key_name")
@@ -684,6 +685,8 @@ class FakeOpenStack:
             used = len(self.state.servers)
             raise NovaError(403, QUOTA_MESSAGE.format(used=used, limit=quota) + " instances")
         server = self._new_server(spec, flavor, image_id, networks)
+        server["block_device_mapping_v2"] = volumes
+        server["volumes"] = [str(uuid.uuid4()) for _ in volumes]
         self.state.servers[server["id"]] = server
         reply = {
             "id": server["id"],
@@ -693,6 +696,32 @@ class FakeOpenStack:
             "adminPass": secrets.token_urlsafe(9),
         }
         return Reply(202, {"server": reply}, {"Location": reply["links"][0]["href"]})
+
+    def _boot_volumes(self, spec: JSON) -> list[JSON]:
+        """block_device_mapping_v2 as Nova checks it for booting from a new volume: without
+        imageRef, one boot_index 0 entry made from a known image, with a volume_size."""
+        mappings = spec.get("block_device_mapping_v2") or []
+        if not isinstance(mappings, list):
+            raise NovaError(400, "Invalid input for field/attribute block_device_mapping_v2.")
+        for bdm in mappings:
+            if bdm.get("source_type") == "image" and bdm.get("uuid") not in self.images.values():
+                raise NovaError(400, f"Can not find requested image {bdm.get('uuid')}")
+            if bdm.get("destination_type") == "volume" and bdm.get("source_type") == "image":
+                size = bdm.get("volume_size")
+                if not isinstance(size, int) or size < 1:
+                    raise NovaError(
+                        400,
+                        "Images with destination_type 'volume' need to have a "
+                        "non-zero size specified",
+                    )
+        boots = [b for b in mappings if str(b.get("boot_index")) == "0"]
+        if mappings and not spec.get("imageRef") and not boots:
+            raise NovaError(
+                400,
+                "Block Device Mapping is Invalid: Boot sequence for the "
+                "instance and image/block device mapping combination is not valid.",
+            )
+        return [dict(b) for b in mappings]
 
     def _create_flavor(self, spec: JSON) -> JSON:
         try:
@@ -804,7 +833,9 @@ class FakeOpenStack:
             "OS-EXT-STS:task_state": "spawning" if status == "BUILD" else None,
             "OS-EXT-STS:vm_state": {"BUILD": "building"}.get(status, status.lower()),
             "OS-EXT-STS:power_state": 1 if status == "ACTIVE" else 0,
-            "os-extended-volumes:volumes_attached": [],
+            "os-extended-volumes:volumes_attached": [
+                {"id": vid, "delete_on_termination": True} for vid in server.get("volumes", [])
+            ],
             "locked": False,
             "locked_reason": None,
             "description": None,

@@ -49,6 +49,7 @@ from clustermgr.providers.aws.shapes import (
     launch_template_data,
     launch_template_name,
     placements,
+    root_device,
     run_launched,
     run_request,
     tag_list,
@@ -105,6 +106,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
         self._fleet_api = True
         self._templates: dict[str, tuple[str, int]] = {}  # name -> (content digest, version)
         self._validated: dict[tuple[str, ...], float] = {}  # what -> valid until (monotonic)
+        self._roots: dict[str, tuple[str, str, int]] = {}  # image -> its root_device()
 
     # ------------------------------------------------------------------ clients
 
@@ -240,6 +242,22 @@ class AwsProvider(CloudProvider[FleetPlan]):
         self._once(("types", *spec.instance_types), lambda: self._check_types(spec, bad))
         if not spec.image.startswith("resolve:ssm:"):  # resolved by EC2 at launch
             self._once(("image", spec.image), lambda: self._check_image(spec, bad))
+        if spec.root_volume_gb is not None:
+            self._check_root_volume(spec, bad)
+
+    def _check_root_volume(self, spec: LaunchSpec, bad: Bad) -> None:
+        """The size goes on the image's root device, which DescribeImages names."""
+        size = str(spec.root_volume_gb)
+        if spec.image.startswith("resolve:ssm:"):
+            why = "needs an AMI id (its root device comes from DescribeImages), not resolve:ssm:"
+            raise bad("volume_size_gb", size, why)
+        with self._lock:
+            name, kind, snapshot_gb = self._roots.get(spec.image, ("", "ebs", 0))
+        if kind != "ebs" or not name:
+            raise bad("volume_size_gb", size, f"image {spec.image} has no EBS root volume")
+        if spec.root_volume_gb is not None and spec.root_volume_gb < snapshot_gb:
+            why = f"smaller than image {spec.image}'s root snapshot ({snapshot_gb} GB)"
+            raise bad("volume_size_gb", size, why)
 
     def _once(self, key: tuple[str, ...], check: Callable[[], None]) -> None:
         with self._lock:
@@ -288,12 +306,16 @@ class AwsProvider(CloudProvider[FleetPlan]):
         state = images[0].get("State", "available")
         if state != "available":
             raise bad("image", spec.image, f"image state is {state}")
+        with self._lock:
+            self._roots[spec.image] = root_device(images[0])
 
     # ------------------------------------------------------------------ launch template
 
     def _ensure_template(self, spec: LaunchSpec) -> tuple[str, int]:
         name = launch_template_name(self.cluster, spec.template)
-        data = launch_template_data(spec)
+        with self._lock:
+            root = self._roots.get(spec.image, ("", "", 0))[0]
+        data = launch_template_data(spec, root)
         digest = content_digest(data)
         with self._lock:
             cached = self._templates.get(name)

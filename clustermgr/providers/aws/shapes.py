@@ -80,8 +80,9 @@ def tags_of(item: Mapping[str, Any]) -> dict[str, str]:
 # ---------------------------------------------------------------------------- launch template
 
 
-def launch_template_data(spec: LaunchSpec) -> JSON:
-    """What the launch template holds: everything that does not vary per launch."""
+def launch_template_data(spec: LaunchSpec, root_device: str | None = None) -> JSON:
+    """What the launch template holds: everything that does not vary per launch.
+    `root_device`: the image's root device name, for a root volume size."""
     data: JSON = {
         "ImageId": spec.image,
         # HttpTokens required (IMDSv2); InstanceMetadataTags so the node reads its name tag
@@ -105,7 +106,22 @@ def launch_template_data(spec: LaunchSpec) -> JSON:
         data["KeyName"] = spec.key_name
     if spec.placement_group:
         data["Placement"] = {"GroupName": spec.placement_group}
+    if spec.root_volume_gb is not None and root_device:
+        # only the size: the snapshot and volume type stay the image's own
+        ebs = {"VolumeSize": spec.root_volume_gb, "DeleteOnTermination": True}
+        data["BlockDeviceMappings"] = [{"DeviceName": root_device, "Ebs": ebs}]
     return data
+
+
+def root_device(image: Mapping[str, Any]) -> tuple[str, str, int]:
+    """(root device name, root device type, the root snapshot's size in GB or 0) of one
+    DescribeImages item."""
+    name = str(image.get("RootDeviceName") or "")
+    kind = str(image.get("RootDeviceType") or "ebs")
+    for mapping in image.get("BlockDeviceMappings") or ():
+        if mapping.get("DeviceName") == name:
+            return name, kind, int((mapping.get("Ebs") or {}).get("VolumeSize") or 0)
+    return name, kind, 0
 
 
 def content_digest(data: Mapping[str, Any]) -> str:

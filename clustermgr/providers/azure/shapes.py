@@ -137,6 +137,8 @@ def vm_body(spec: LaunchSpec, req: VmRequest) -> JSON:
             ]
         },
     }
+    if spec.root_volume_gb is not None:
+        props["storageProfile"]["osDisk"]["diskSizeGB"] = spec.root_volume_gb
     if spec.user_data:
         props["userData"] = _b64(spec.user_data)
     if spec.market == "spot":

@@ -191,6 +191,9 @@ class PowerProvider(CloudProvider[PowerPlan]):
     def prepare(self, spec: LaunchSpec, count: int, request_id: str) -> PowerPlan | None:
         if spec.market != "on-demand":
             raise self.bad(spec, "market", spec.market, "on-prem nodes have no spot market")
+        if spec.root_volume_gb is not None:
+            why = "an on-prem node boots its own disks (remove it)"
+            raise self.bad(spec, "volume_size_gb", str(spec.root_volume_gb), why)
         self.need_names(spec, count)
         labels = {node.instance_type for node in self.nodes.values()}
         for name in spec.instance_types:

@@ -161,6 +161,10 @@ class LocalProvider:
                 )
         if spec.market != "on-demand":
             raise invalid(self.name, spec.template, "market", spec.market, "local has no spot")
+        if spec.root_volume_gb is not None:
+            size = str(spec.root_volume_gb)
+            why = "a local instance has no root volume to size (remove it)"
+            raise invalid(self.name, spec.template, "volume_size_gb", size, why)
         if count < 0 or len(spec.node_names) < count:
             raise invalid(
                 self.name,

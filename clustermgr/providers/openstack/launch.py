@@ -328,10 +328,13 @@ class Launcher:
         attrs: dict[str, Any] = {
             "name": task.name,
             "flavor_id": attempt.flavor_id,
-            "image_id": plan.image_id,
             "networks": plan.networks,
             "metadata": {**tags, TAG_NODE: task.node},
         }
+        if spec.root_volume_gb is None:
+            attrs["image_id"] = plan.image_id
+        else:  # boot from a new volume of that size made from the image, gone with the server
+            attrs["block_device_mapping"] = [boot_volume(plan.image_id, spec.root_volume_gb)]
         if spec.user_data:
             attrs["user_data"] = base64.b64encode(spec.user_data.encode()).decode("ascii")
         if plan.key_name:
@@ -380,6 +383,18 @@ class Launcher:
         message = f"server {task.name}: {failure.message}"
         task.fail(failure.kind, failure.code, message, final=not retry)
         return True
+
+
+def boot_volume(image_id: str, size_gb: int) -> dict[str, Any]:
+    """Nova's block_device_mapping_v2 entry for booting from a new volume (no imageRef)."""
+    return {
+        "boot_index": 0,
+        "uuid": image_id,
+        "source_type": "image",
+        "destination_type": "volume",
+        "volume_size": size_gb,
+        "delete_on_termination": True,
+    }
 
 
 def _by_name_and_id(flavors: list[Any]) -> dict[str, str]:
