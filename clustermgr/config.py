@@ -352,6 +352,28 @@ class TemplateSettings(StrictModel):
         return len(self.node_names) if self.max_nodes is None else self.max_nodes
 
 
+_ARG_SAFE = r"^[^\s'\"\\]+$"  # one word: rsync splits its -e value on spaces
+
+
+class KeyPushSettings(StrictModel):
+    """How clustermgr puts munge_key_file on a cloud director: rsync over ssh
+    (directors/keypush.py), never user data."""
+
+    identity_file: Path  # the head's private key that the director's ssh_user accepts
+    ssh_user: str = Field("root", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
+    ssh_port: int = Field(22, ge=1, le=65535)
+    remote_path: str = Field("/etc/clustermgr/director/munge.key", pattern=r"^/[^\s'\"\\]*$")
+    owner: str = Field("munge:munge", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*:[A-Za-z0-9_.-]+$")
+    rsync_path: str | None = None  # the remote rsync, e.g. "sudo rsync" for a non-root user
+    connect_timeout_s: float = Field(15.0, gt=0)
+
+    @model_validator(mode="after")
+    def _check(self) -> KeyPushSettings:
+        if not re.match(_ARG_SAFE, str(self.identity_file)):
+            raise ValueError(f"identity_file {str(self.identity_file)!r}: no spaces or quotes")
+        return self
+
+
 class DirectorSettings(StrictModel):
     """The cloud director of one provider's region (docs/directors.md): launched before the
     region's first burst node, health-checked, replaced when lost, stopped when idle."""
@@ -383,9 +405,13 @@ class DirectorSettings(StrictModel):
     # the munge key the director serves to its region's nodes (rsync module clustermgr-keys):
     # its path on the head, a fact for the user data (the lab director copies it)
     munge_key_file: Path | None = None
+    # a cloud director: clustermgr pushes munge_key_file to it over ssh once it answers
+    key_push: KeyPushSettings | None = None
 
     @model_validator(mode="after")
     def _check(self) -> DirectorSettings:
+        if self.key_push is not None and self.munge_key_file is None:
+            raise ValueError("key_push needs munge_key_file (the key to push)")
         for port in self.health_ports:
             if not 1 <= port <= 65535:
                 raise ValueError(f"health_ports: {port} is not a TCP port (1-65535)")
@@ -743,6 +769,11 @@ def _check_directors(
         if provider.type in BMC_TYPES:
             raise ValueError(f"{where}: provider {provider.name!r} is on-prem; it has no director")
         _check_volume(where, director.volume_size_gb, provider)
+        if director.key_push is not None and provider.type == "local":
+            raise ValueError(
+                f"{where}: key_push is for cloud directors; the local lab director copies "
+                "munge_key_file itself (remove key_push)"
+            )
         if director.region is not None and director.region != provider.region:
             raise ValueError(
                 f"{where}: region {director.region!r} is not provider {provider.name!r}'s "
