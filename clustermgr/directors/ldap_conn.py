@@ -157,6 +157,11 @@ def connect(endpoint: Endpoint, *, sleep: Any = time.sleep) -> Connection:
             if endpoint.tls == "starttls" and not conn.start_tls():
                 raise LdapError(f"{endpoint.describe()}: StartTLS refused: {_result(conn)}")
         except LDAPException as exc:
+            refused = _certificate_refused(exc)
+            if refused is not None:  # not a network hiccup: retrying cannot help
+                raise LdapError(
+                    f"{endpoint.describe()}: {_tls_advice(endpoint, refused)}"
+                ) from None
             last = _one_line(exc)
             continue
         try:
@@ -197,6 +202,32 @@ def _connection(endpoint: Endpoint, password: Secret) -> Connection:
         receive_timeout=max(1, math.ceil(endpoint.timeout_s)),  # ldap3 packs whole seconds
         raise_exceptions=False,
         read_only=False,
+    )
+
+
+def _certificate_refused(exc: BaseException) -> ssl.SSLCertVerificationError | None:
+    """The certificate verification failure under ldap3's wrapping exceptions, if that is
+    what happened (found by type along the exception chain, not by message text)."""
+    found: ssl.SSLCertVerificationError | None = None
+    seen: BaseException | None = exc
+    for _ in range(10):  # ldap3's wrappers subclass the ssl error: look for the original
+        if seen is None:
+            break
+        if isinstance(seen, ssl.SSLCertVerificationError):
+            found = seen
+            if getattr(seen, "verify_message", None):
+                break
+        seen = seen.__cause__ or seen.__context__
+    return found
+
+
+def _tls_advice(endpoint: Endpoint, refused: ssl.SSLCertVerificationError) -> str:
+    trusted = f"the CA in {endpoint.ca_file}" if endpoint.ca_file else "the system's CAs"
+    why = getattr(refused, "verify_message", None)  # ldap3 keeps it for StartTLS only
+    detail = f" ({why})" if why else ""
+    return (
+        f"TLS: the server's certificate is not signed by {trusted}{detail}: set ca_file to "
+        "the CA that signed it"
     )
 
 

@@ -44,6 +44,7 @@ moduleload back_mdb
 pidfile {workdir}/slapd.pid
 argsfile {workdir}/slapd.args
 sizelimit unlimited
+{tls}
 
 database config
 rootdn "{config_dn}"
@@ -78,12 +79,18 @@ class Slapd:
     config_password: str
     config_dn: str = CONFIG_DN
     host: str = "127.0.0.1"  # the address it listens on (a lab bridge's, for namespaces)
+    ldaps_port: int | None = None  # with TLS files: also ldaps:// here (and StartTLS on uri)
     pid: int | None = None
     _process: subprocess.Popen[bytes] | None = field(default=None, repr=False)
 
     @property
     def uri(self) -> str:
         return f"ldap://{self.host}:{self.port}"
+
+    @property
+    def ldaps_uri(self) -> str:
+        assert self.ldaps_port is not None, "made without tls"
+        return f"ldaps://{self.host}:{self.ldaps_port}"
 
     @property
     def log(self) -> Path:
@@ -93,9 +100,10 @@ class Slapd:
         """Run slapd in the foreground on its port; wait until it accepts connections."""
         if self.pid is not None:
             return
+        urls = f"{self.uri}/" + (f" {self.ldaps_uri}/" if self.ldaps_port else "")
         with open(self.log, "ab") as log:
             self._process = subprocess.Popen(
-                [str(SLAPD), "-d", "0", "-F", str(self.workdir / "slapd.d"), "-h", f"{self.uri}/"],
+                [str(SLAPD), "-d", "0", "-F", str(self.workdir / "slapd.d"), "-h", urls],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -159,8 +167,10 @@ def make_server(
     config_password: str = CONFIG_PASSWORD,
     extra_schemas: tuple[str, ...] = (),
     host: str = "127.0.0.1",
+    tls: TlsFiles | None = None,
 ) -> Slapd:
-    """Write the config, load `seed_ldif` (slapadd), convert to cn=config; not started."""
+    """Write the config, load `seed_ldif` (slapadd), convert to cn=config; not started.
+    With `tls`, the server offers StartTLS on its port and ldaps on a second one."""
     why = available()
     if why:
         raise SlapdUnavailable(why)
@@ -183,13 +193,56 @@ def make_server(
             suffix=suffix,
             admin_dn=admin_dn,
             admin_password=admin_password,
+            tls=tls.directives() if tls else "",
         )
     )
     ldif = workdir / "seed.ldif"
     ldif.write_text(seed_ldif or "")  # empty: slapadd still creates the database files
     _run([str(SLAPADD), "-q", "-f", str(conf), "-l", str(ldif)])
     _run([str(SLAPTEST), "-f", str(conf), "-F", str(workdir / "slapd.d")])
-    return Slapd(workdir, free_port(), suffix, admin_dn, admin_password, config_password, host=host)
+    return Slapd(
+        workdir,
+        free_port(),
+        suffix,
+        admin_dn,
+        admin_password,
+        config_password,
+        host=host,
+        ldaps_port=free_port() if tls else None,
+    )
+
+
+@dataclass(frozen=True)
+class TlsFiles:
+    """A server certificate, its key and the CA that signed it (PEM files)."""
+
+    ca_file: Path
+    cert_file: Path
+    key_file: Path
+
+    def directives(self) -> str:
+        return (
+            f"TLSCACertificateFile {self.ca_file}\n"
+            f"TLSCertificateFile {self.cert_file}\n"
+            f"TLSCertificateKeyFile {self.key_file}\n"
+        )
+
+
+def make_tls(workdir: Path, host: str = "127.0.0.1") -> TlsFiles:
+    """A throwaway CA (trustme, built on `cryptography`) and a certificate for `host`."""
+    import trustme
+
+    workdir.mkdir(parents=True, exist_ok=True)
+    ca = trustme.CA()
+    cert = ca.issue_cert(host)
+    files = TlsFiles(workdir / "ca.pem", workdir / "server.pem", workdir / "server.key")
+    ca.cert_pem.write_to_path(str(files.ca_file))
+    cert.cert_chain_pems[0].write_to_path(str(files.cert_file))
+    for extra in cert.cert_chain_pems[1:]:
+        extra.write_to_path(str(files.cert_file), append=True)
+    cert.private_key_pem.write_to_path(str(files.key_file))
+    files.key_file.chmod(0o600)
+    return files
 
 
 def _run(argv: list[str]) -> None:
