@@ -11,6 +11,8 @@
 - Only the leader acts. The lock is re-checked before every act step (Engine.guard).
 - SIGHUP reloads the config; an invalid file is refused with one line and the old kept.
 - The heartbeat (file + database row) lets the hooks and `clustermgr status` see us.
+- A step of the wall clock moves every running timer with it (scaling/clockstep.py) and
+  re-arms the scheduler, which plans by the wall clock.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from types import FrameType
 
 from apscheduler.schedulers.background import BackgroundScheduler
 from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
 
 from clustermgr import sdnotify
 from clustermgr.config import Settings, load_settings
@@ -45,6 +48,7 @@ from clustermgr.lifecycle import ACTIVE_CLOUD_STATES
 from clustermgr.metrics import Metrics, pending_gpus
 from clustermgr.pricing import price_of
 from clustermgr.providers.base import Provider
+from clustermgr.scaling.clockstep import ClockWatch, shift_timers
 from clustermgr.scaling.engine import CycleReport, Engine
 from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET, ensure_spool
 
@@ -73,6 +77,8 @@ class Daemon:
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.director_sync = DirectorSync(settings, database, wake=self._wake_director_sync)
         self.last_scheduled_sync = 0.0  # time.monotonic() of the last full director sync
+        self.clock = ClockWatch()
+        self.unshifted_step_s = 0.0  # a clock step whose timers could not be moved yet
 
     @property
     def state_dir(self) -> Path:
@@ -104,6 +110,8 @@ class Daemon:
             log.warning("%s", warning.removeprefix("warning: "))
         while not self.stop_event.is_set():
             self.stop_event.wait(0.5)
+            with self.work_lock:
+                self._follow_clock_step()
             if self.reload_event.is_set():
                 self.reload_event.clear()
                 self.reload()
@@ -211,6 +219,7 @@ class Daemon:
         if self.stop_event.is_set():
             return
         with self.work_lock:
+            self._follow_clock_step()  # before any timer is judged
             if not self._lead():
                 return
             self.engine.guard = self.lock.still_leader
@@ -228,6 +237,32 @@ class Daemon:
             )
             sdnotify.status(f"{self.role}: {report.summary()}")
         self.heartbeat()
+
+    def _follow_clock_step(self) -> None:
+        """On a step of the wall clock (scaling/clockstep.py) the leader moves every
+        running timer by it, and the scheduler, which plans by the wall clock, is re-armed.
+        Called with the work lock held."""
+        step = self.clock.step()
+        if step is not None:
+            self.unshifted_step_s += step
+            self._schedule()
+        if not self.unshifted_step_s:
+            return
+        if self.role != "leader" or not self.lock.still_leader():
+            log.warning(
+                "the wall clock stepped by %.0f s; standing by, the leader moves the timers",
+                self.unshifted_step_s,
+            )
+            self.unshifted_step_s = 0.0
+            return
+        try:
+            report = shift_timers(self.db, self.settings, self.unshifted_step_s)
+        except (ClusterMgrError, SQLAlchemyError) as exc:
+            log.error("the wall clock stepped; timers not moved yet, will retry: %s", exc)
+            return
+        self.unshifted_step_s = 0.0
+        log.warning("%s", report.line())
+        sdnotify.status(f"{self.role}: {report.line()}")
 
     def run_directors(self, report: CycleReport) -> str:
         """The director lifecycle's pass, after the cycle (it reads the cycle's demand);

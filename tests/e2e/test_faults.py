@@ -32,6 +32,7 @@ from tests.conftest import cannot_run
 from tests.e2e.conftest import _can_burst
 from tests.fakes.aws_fake import FakeAws
 from tests.fakes.aws_harness import ACCESS_KEY, SECRET_KEY
+from tests.labs import clockshim
 from tests.labs.cloudlab import CloudLab, LabOptions, cloud_lab, local_id
 
 API_TIMEOUT_S = 2.0
@@ -45,6 +46,7 @@ class FaultLab:
     lab: CloudLab
     daemon: subprocess.Popen[str]
     log: Path
+    clock: clockshim.SteppedClock  # the edge of the world: cm-scale's wall clock
 
     @property
     def fake(self) -> FakeAws:
@@ -120,6 +122,10 @@ def faults() -> Iterator[FaultLab]:
     workdir = Path(tempfile.mkdtemp(prefix="cm-e2e-faults-", dir="/tmp"))
     workdir.chmod(0o755)
     try:
+        clock = clockshim.build(workdir)
+    except clockshim.ClockShimUnavailable as exc:
+        cannot_run(str(exc))
+    try:
         # the state dir and the database on a small file system of their own: the disk-full
         # test fills it
         with tmpfs(workdir / "state", TMPFS_BYTES) as state:
@@ -136,8 +142,11 @@ def faults() -> Iterator[FaultLab]:
                     "busy_timeout_s": BUSY_TIMEOUT_S,
                 },
             )
-            with cloud_lab(workdir, "aws", options) as lab, lab.daemon() as daemon:
-                made = FaultLab(lab, daemon, workdir / "cm-scale.log")
+            with (
+                cloud_lab(workdir, "aws", options) as lab,
+                lab.daemon(extra_env=clock.env) as daemon,
+            ):
+                made = FaultLab(lab, daemon, workdir / "cm-scale.log", clock)
                 lab.wait("the daemon to hold the burst nodes", lambda: held(lab), 30)
                 yield made
     finally:
@@ -147,6 +156,7 @@ def faults() -> Iterator[FaultLab]:
 
 @pytest.fixture
 def lab(faults: FaultLab) -> Iterator[FaultLab]:
+    faults.clock.step_to(0)
     faults.clear()
     assert faults.lab.slurm is not None
     faults.lab.slurm.run("scancel", "--user=root", check=False)  # a failed test's jobs
@@ -316,3 +326,44 @@ def test_credentials_revoked_mid_run_is_one_line_naming_the_source_and_recovers(
     assert (lab.lab.job(job, "JobState"), lab.lab.job(job, "Restarts")) == ("PENDING", "0")
     lab.clear()  # the key is valid again
     lab.wait_done(job)
+
+
+def node_states(lab: FaultLab) -> dict[str, str]:
+    rows = json.loads(lab.lab.clustermgr("nodes", "list", "--json").stdout)
+    return {r["name"]: r["state"] for r in rows}
+
+
+def test_a_clock_step_either_way_is_not_time_passed_and_never_stalls_the_daemon(
+    lab: FaultLab,
+) -> None:
+    """Forward two hours (more than the boot timeout) while a node boots: it is not timed
+    out. Back two hours while its job runs: cycles go on (APScheduler plans by the wall
+    clock) and the idle node is stopped as usual."""
+    assert lab.lab.agent is not None
+    lab.wait_rest()
+    offset = lab.log_offset()
+    lab.lab.agent.paused = True  # a machine slow to boot
+    try:
+        job = lab.run_job(seconds=8)
+        lab.lab.wait("a node booting", lambda: "BOOTING" in node_states(lab).values(), 60)
+        stepped = lab.log_offset()
+        lab.clock.step_to(+7200)
+        lab.lab.wait(
+            "two cycles after the step", lambda: lab.log_since(stepped).count("cycle: ") >= 3, 30
+        )
+        assert "BOOTING" in node_states(lab).values(), lab.log_since(offset)[-3000:]
+        assert "the wall clock stepped forward by 7200 s" in lab.log_since(offset)
+    finally:
+        lab.lab.agent.paused = False
+    lab.lab.wait("the job to run", lambda: lab.lab.job(job, "JobState") == "RUNNING", 120)
+    lab.clock.step_to(0)
+    lab.lab.wait(
+        "the daemon to see the step back",
+        lambda: "the wall clock stepped back by 7200 s" in lab.log_since(offset),
+        30,
+    )
+    lab.wait_done(job)
+    lab.wait_rest()  # cycles went on: the idle node was stopped
+    log = lab.log_since(offset)
+    assert "BOOT_TIMEOUT" not in log and "Traceback" not in log, log[-3000:]
+    assert lab.lab.job(job, "Restarts") == "0"

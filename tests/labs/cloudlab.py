@@ -135,6 +135,7 @@ class BootAgent:
     log: list[str] = field(default_factory=list)  # what it booted and powered off, and why
     addresses: dict[str, str] = field(default_factory=dict)  # booted instance -> its address
     _last_seen: dict[str, str] = field(default_factory=dict)
+    paused: bool = False  # boots nothing while set (a machine slow to come up)
     _stop: threading.Event = field(default_factory=threading.Event)
     _thread: threading.Thread | None = None
 
@@ -164,6 +165,8 @@ class BootAgent:
                 self._power_off(instance_id, f"address now {listed.private_address}")
         seen = {}
         for instance in instances.values():
+            if self.paused:
+                break
             if (
                 instance.instance_id not in self.booted
                 and instance.state in (InstanceState.PENDING, InstanceState.RUNNING)
@@ -344,12 +347,17 @@ class CloudLab:
 
     @contextlib.contextmanager
     def daemon(
-        self, config: Path | None = None, log_name: str = "cm-scale.log"
+        self,
+        config: Path | None = None,
+        log_name: str = "cm-scale.log",
+        extra_env: dict[str, str] | None = None,
     ) -> Iterator[subprocess.Popen[str]]:
         """cm-scale as systemd runs it, its output in `log_name` (default cm-scale.log);
-        SIGTERM after. `config`: another configuration file (a second head node's)."""
+        SIGTERM after. `config`: another configuration file (a second head node's);
+        `extra_env`: more environment (libfaketime's, say)."""
         log = (self.workdir / log_name).open("a")
         env = self.env if config is None else {**self.env, "CLUSTERMGR_CONFIG": str(config)}
+        env = {**env, **(extra_env or {})}
         process = subprocess.Popen(
             [str(BIN / "cm-scale")],
             env=env,

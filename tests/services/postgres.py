@@ -74,7 +74,6 @@ def start(bin_dir: Path | None = None) -> PrivatePostgres:
         os.chown(workdir, owner.pw_uid, owner.pw_gid)
         as_user = {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
     data = workdir / "data"
-    socket_dir = ("-k", f"{workdir}")
     init = subprocess.run(
         [str(bin_dir / "initdb"), *INITDB_ARGS, "-D", str(data)],
         capture_output=True,
@@ -86,7 +85,23 @@ def start(bin_dir: Path | None = None) -> PrivatePostgres:
     if init.returncode != 0:
         shutil.rmtree(workdir, ignore_errors=True)
         raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()[-500:]}")
-    port = free_port()
+    return _serve(bin_dir, workdir, free_port(), as_user)
+
+
+def restart(server: PrivatePostgres) -> PrivatePostgres:
+    """Start a server halted by `stop(server, keep=True)` again: same data, same port."""
+    bin_dir = pg_bin_dir()
+    assert bin_dir is not None
+    as_user: dict[str, object] = {}
+    if os.geteuid() == 0:
+        owner = pwd.getpwnam("postgres")
+        as_user = {"user": owner.pw_uid, "group": owner.pw_gid, "extra_groups": []}
+    return _serve(bin_dir, server.workdir, server.port, as_user)
+
+
+def _serve(bin_dir: Path, workdir: Path, port: int, as_user: dict[str, object]) -> PrivatePostgres:
+    data = workdir / "data"
+    socket_dir = ("-k", f"{workdir}")
     log = open(workdir / "postgres.log", "ab")  # noqa: SIM115 - the server's, closed below
     try:
         server = subprocess.Popen(
@@ -133,8 +148,9 @@ def _accepts(server: PrivatePostgres) -> bool:
         return False
 
 
-def stop(server: PrivatePostgres) -> None:
-    """Fast shutdown by pid (the postmaster's group: it and its children), then remove."""
+def stop(server: PrivatePostgres, keep: bool = False) -> None:
+    """Fast shutdown by pid (the postmaster's group: it and its children), then remove its
+    directory unless `keep` (a server to `restart`)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(server.pid, signal.SIGINT)
     deadline = time.monotonic() + 15
@@ -151,4 +167,5 @@ def stop(server: PrivatePostgres) -> None:
             os.killpg(server.pid, signal.SIGKILL)
     with contextlib.suppress(ChildProcessError):
         os.waitpid(server.pid, 0)
-    shutil.rmtree(server.workdir, ignore_errors=True)
+    if not keep:
+        shutil.rmtree(server.workdir, ignore_errors=True)
