@@ -26,7 +26,9 @@ EXAMPLE_CONFIG = REPO / "etc" / "clustermgr.toml.example"
 # Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) a file's tests stay on one
 # worker (module fixtures build one lab), and files that share something fixed on this
 # machine share a group, so they never run at once: the cloud fakes' networks (bridges for
-# 10.0.0.0/16, 10.20.0.0/16, ...) and BurstLab's default subnet.
+# 10.0.0.0/16, 10.20.0.0/16, ...), BurstLab's default subnet, the local contract harness's
+# subnet (a file's teardown removes its bridge). munged is shared by refcount
+# (tests/labs/slurmlab.py); everything else a test starts takes a free port.
 SHARED_GROUPS = {
     "cloud-networks": (
         "tests/e2e/test_clouds.py",
@@ -36,6 +38,10 @@ SHARED_GROUPS = {
         "tests/chaos/test_campaign.py",
     ),
     "burstlab-default-subnet": ("tests/e2e/test_local_burst.py", "tests/e2e/test_cmsub.py"),
+    "local-harness-subnet": (
+        "tests/integration/test_provider_contract.py",
+        "tests/integration/test_local_provider.py",
+    ),
 }
 GROUP_OF = {path: group for group, paths in SHARED_GROUPS.items() for path in paths}
 # the slow groups start first, so no long file is left for the end of the run

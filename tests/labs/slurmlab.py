@@ -3,7 +3,8 @@
 `SlurmLab` writes a small slurm.conf (and gres.conf) into a work directory, makes sure
 munged runs, starts `slurmctld -D` as its own child and waits until `scontrol ping` says
 UP. Clients reach it through `lab.env` (SLURM_CONF=...). Everything it starts it stops,
-by pid: slurmctld always, munged only when this lab (this process) started it.
+by pid: slurmctld always; munged, if a test process started it, by the last test process
+to let go of it (pytest-xdist runs several).
 
 Facts this relies on (see REAL-COMPONENTS.md): `PrivateData=cloud` or powered-down CLOUD
 nodes are invisible; configless slurmd (`SlurmctldParameters=enable_configless`) fetches
@@ -18,6 +19,7 @@ devices, so fake GPUs are `mknod c 1 3` files named by gres.conf `File=` lines.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import grp
 import os
 import pwd
@@ -30,7 +32,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -93,11 +95,32 @@ class Partition:
         )
 
 
-# --- munge: one munged per machine, shared by every lab of this process ----------------
+# --- munge: one munged per machine, shared by every lab of every test process ----------
+# pytest-xdist runs labs in several processes at once: each process using munged leaves a
+# file named by its pid in MUNGE_USERS_DIR, and munged started by a test process (its pid in
+# MUNGE_STARTED) is stopped by whichever process is the last to let go, under a file lock.
 
 _munge_lock = threading.Lock()
-_munge_users = 0
-_munge_pid: int | None = None  # set when this process started munged
+_munge_users = 0  # this process's labs holding munged
+MUNGE_USERS_DIR = Path("/run/cm-tests-munge")
+MUNGE_STARTED = MUNGE_USERS_DIR / "started"
+
+
+@contextlib.contextmanager
+def _machine_munge_lock() -> Iterator[None]:
+    MUNGE_USERS_DIR.mkdir(parents=True, exist_ok=True)
+    with open(MUNGE_USERS_DIR / "lock", "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _munge_started_by_tests() -> int | None:
+    with contextlib.suppress(OSError, ValueError):
+        return int(MUNGE_STARTED.read_text().strip())
+    return None
 
 
 def munge_works() -> bool:
@@ -118,19 +141,21 @@ def munge_works() -> bool:
 
 def _acquire_munge(timeout: float) -> None:
     global _munge_users
-    with _munge_lock:
+    with _munge_lock, _machine_munge_lock():
         _munge_users += 1
+        (MUNGE_USERS_DIR / str(os.getpid())).touch()
         if munge_works():
             return
         try:
             _start_munged(timeout)
         except BaseException:
             _munge_users -= 1
+            if not _munge_users:
+                (MUNGE_USERS_DIR / str(os.getpid())).unlink(missing_ok=True)
             raise
 
 
 def _start_munged(timeout: float) -> None:
-    global _munge_pid
     MUNGE_SOCKET_DIR.mkdir(parents=True, exist_ok=True)
     with contextlib.suppress(KeyError):
         os.chown(MUNGE_SOCKET_DIR, pwd.getpwnam("munge").pw_uid, grp.getgrnam("munge").gr_gid)
@@ -151,16 +176,26 @@ def _start_munged(timeout: float) -> None:
             raise SlurmLabError(f"munged --force failed ({done.returncode}): {out.read().strip()}")
     _wait(munge_works, timeout, "munged did not answer (munge -n | unmunge)")
     with contextlib.suppress(OSError, ValueError):
-        _munge_pid = int(MUNGE_PID_FILE.read_text().strip())
+        MUNGE_STARTED.write_text(str(int(MUNGE_PID_FILE.read_text().strip())))
 
 
 def _release_munge() -> None:
-    global _munge_users, _munge_pid
-    with _munge_lock:
+    """Let go of munged; the last test process to do so stops it if a test started it."""
+    global _munge_users
+    with _munge_lock, _machine_munge_lock():
         _munge_users = max(0, _munge_users - 1)
-        if _munge_users == 0 and _munge_pid is not None:
-            stop_pid(_munge_pid, STOP_TIMEOUT_S)
-            _munge_pid = None
+        if _munge_users:
+            return
+        (MUNGE_USERS_DIR / str(os.getpid())).unlink(missing_ok=True)
+        for marker in MUNGE_USERS_DIR.iterdir():
+            if marker.name.isdigit():
+                if pid_alive(int(marker.name)):
+                    return  # another test process still uses it
+                marker.unlink(missing_ok=True)  # a process that died holding it
+        started = _munge_started_by_tests()
+        if started is not None:
+            stop_pid(started, STOP_TIMEOUT_S)
+            MUNGE_STARTED.unlink(missing_ok=True)
 
 
 # --- processes ------------------------------------------------------------------------
@@ -392,7 +427,7 @@ class SlurmLab:
         self.write_config()
         _acquire_munge(timeout)
         self._munge_held = True
-        self.started_munge = _munge_pid is not None
+        self.started_munge = _munge_started_by_tests() is not None
         try:
             self._start_slurmctld(timeout)
         except BaseException:
