@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, Gauge, Histogram, start_http_server
 from prometheus_client import Counter as PromCounter
 
+from clustermgr.errors import ClusterMgrError
 from clustermgr.reasons import kind_of
 from clustermgr.scaling.onprem import power_saved_kw
 
@@ -72,7 +73,13 @@ class Metrics:
             self.errors.labels(kind=kind).inc(0)
 
     def serve(self, address: str, port: int) -> int:
-        server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        try:
+            server, _thread = start_http_server(port, addr=address, registry=self.registry)
+        except OSError as exc:
+            raise ClusterMgrError(
+                f"metrics endpoint {address}:{port}: {exc.strerror or exc} (another cm-scale "
+                "or exporter there?); set [daemon] metrics_port to a free port, or 0 for none"
+            ) from None
         return int(server.server_address[1])
 
     def observe_cycle(self, report: CycleReport) -> None:

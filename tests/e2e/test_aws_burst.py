@@ -144,6 +144,7 @@ chain = [{{ name = "queue_depth" }}]
 [daemon]
 state_dir = "{lab_dir / "state"}"
 heartbeat_stale_s = 3600
+metrics_port = 0
 """
     )
     return config

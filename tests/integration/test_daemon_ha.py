@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -144,3 +145,32 @@ def test_leader_whose_session_is_killed_stops_acting(
     assert source_of(leader) not in actors_since(database, settle)
     assert leader.poll() is None  # still alive, standing by
     assert "lost the leader lock" in logs[0].read_text()
+
+
+def test_a_metrics_port_in_use_is_one_line_and_exit_1(tmp_path: Path) -> None:
+    """Another exporter (or a second cm-scale) on the metrics port: cm-scale says where and
+    what to set, exits 1, and leaves no traceback."""
+    database = Database(f"sqlite:///{tmp_path / 'cm.db'}")
+    database.upgrade()
+    database.dispose()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = tmp_path / "c.toml"
+        config.write_text(
+            CONFIG.format(
+                token=tmp_path.name[-8:],
+                db=f"sqlite:///{tmp_path / 'cm.db'}",
+                tmp=tmp_path,
+                interval=INTERVAL,
+                state=tmp_path / "state",
+            ).replace("metrics_port = 0", f'metrics_port = {port}\nmetrics_address = "127.0.0.1"')
+        )
+        log = tmp_path / "d.log"
+        proc = start(config, log)
+        assert proc.wait(timeout=60) == 1
+    said = log.read_text()
+    assert "Traceback" not in said, said
+    [line] = [ln for ln in said.splitlines() if "metrics endpoint" in ln]
+    assert f"127.0.0.1:{port}" in line and "set [daemon] metrics_port" in line, line

@@ -317,6 +317,7 @@ class CloudLab:
                 "state_dir": str(self.state_dir),
                 "orphan_grace_s": opts.orphan_grace_s,
                 "heartbeat_stale_s": 3600,
+                "metrics_port": 0,  # labs run side by side (xdist): no fixed port
                 **opts.daemon,
             },
         }
