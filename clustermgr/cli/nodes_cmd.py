@@ -108,11 +108,15 @@ def list_nodes(
     kind: str | None,
     as_json: bool,
 ) -> None:
-    """List nodes, optionally filtered."""
-    from sqlalchemy import select
+    """List nodes, optionally filtered. A node whose power clustermgr switches through
+    its BMC (an ipmi/redfish template's) is of kind "onprem", like the on-prem nodes it
+    only watches; the rest of the templates' slots are "cloud"."""
+    from sqlalchemy import or_, select
 
     from clustermgr.db.models import Node
 
+    with app.database(validate_config=False).session() as session:
+        powered = _onprem_providers(session)
     columns = [getattr(Node, key) for key in NODE_KEYS]
     query = select(*columns).order_by(Node.name)
     if state:
@@ -121,19 +125,22 @@ def list_nodes(
         query = query.where(Node.template == template)
     if provider:
         query = query.where(Node.provider == provider)
-    if kind:
-        query = query.where(Node.kind == kind)
+    if kind == "onprem":
+        query = query.where(or_(Node.kind == "onprem", Node.provider.in_(powered)))
+    elif kind == "cloud":
+        query = query.where(Node.kind == "cloud", Node.provider.not_in(powered))
     with app.database(validate_config=False).session() as session:
         # plain rows through the connection, fetched at once: the ORM's result layer and
         # row-by-row fetching cost ~40 ms per 10,000 nodes
         result = session.connection().execute(query).all()
         rows = [dict(zip(NODE_KEYS, row, strict=True)) for row in result]
     shown: tuple[str, ...] = TABLE_COLUMNS
-    with app.database(validate_config=False).session() as session:
-        powered = _onprem_providers(session)
     if powered:  # on-prem templates configured: each node's power, as the engine has it
         for row in rows:
-            row["power"] = power_of(row["state"]) if row["provider"] in powered else "-"
+            on_bmc = row["provider"] in powered
+            row["power"] = power_of(row["state"]) if on_bmc else "-"
+            if on_bmc:
+                row["kind"] = "onprem"
         shown = (*TABLE_COLUMNS[:3], "power", *TABLE_COLUMNS[3:])
     if as_json:
         for row in rows:  # here rather than json's default hook: a third of the encoding time
@@ -175,6 +182,8 @@ def show(app: AppContext, name: str, as_json: bool) -> None:
         node = _load_node(session, name)
         row = {key: getattr(node, key) for key in NODE_KEYS}
         row["version"] = node.version
+        if node.provider in _onprem_providers(session):
+            row["kind"] = "onprem"  # as `nodes list` shows it
     if as_json:
         emit_json(row)
         return

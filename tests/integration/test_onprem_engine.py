@@ -251,6 +251,21 @@ cpus = 64
 memory_mb = 512000
 idle_kw = 2.5
 min_on = 1
+
+[[providers]]
+name = "aws1"
+type = "aws"
+region = "us-east-1"
+
+[[templates]]
+name = "burst"
+provider = "aws1"
+partition = "cloud"
+nodes = "cloud-[1-2]"
+instance_types = ["p4d.24xlarge"]
+image = "ami-1"
+cpus = 64
+memory_mb = 512000
 """
 
 
@@ -261,10 +276,17 @@ def test_nodes_list_shows_power_and_status_the_kw_saved(tmp_path: Path) -> None:
     assert run_cli(*site, "db", "upgrade").returncode == 0
     assert run_cli(*site, "nodes", "sync", "--no-slurm").returncode == 0
     rows = json.loads(run_cli(*site, "nodes", "list", "--json").stdout)
-    assert {(row["name"], row["power"]) for row in rows} == {
-        (f"gpu-0{i}", "off") for i in range(1, 5)
+    assert {(row["name"], row["kind"], row["power"]) for row in rows} == {
+        *((f"gpu-0{i}", "onprem", "off") for i in range(1, 5)),  # switched by their BMCs
+        ("cloud-1", "cloud", "-"),
+        ("cloud-2", "cloud", "-"),
     }
     assert "POWER" in run_cli(*site, "nodes", "list").stdout
+    for kind, count in (("onprem", 4), ("cloud", 2)):
+        listed = run_cli(*site, "nodes", "list", "--kind", kind, "--json").stdout
+        assert [row["kind"] for row in json.loads(listed)] == [kind] * count
+    shown = json.loads(run_cli(*site, "nodes", "show", "gpu-01", "--json").stdout)
+    assert shown["kind"] == "onprem"
     status = json.loads(run_cli(*site, "status", "--json").stdout)
     assert status["onprem_power"]["saved_kw"] == pytest.approx(4 * 2.5)
     assert "~10.0 kW saved" in run_cli(*site, "status").stdout
