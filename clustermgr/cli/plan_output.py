@@ -41,6 +41,16 @@ def verdict_rows(judgment: Judgment) -> list[dict[str, Any]]:
         }
         for provider, ids in sorted(judgment.orphans.items())
     )
+    rows.extend(
+        {
+            "action": "verdict:power-off",
+            "target": provider,
+            "count": len(names),
+            "market": None,
+            "reason": "on at the BMC while Slurm has them powered down: " + ",".join(names),
+        }
+        for provider, names in sorted(judgment.strays.items())
+    )
     return rows
 
 

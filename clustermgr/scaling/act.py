@@ -37,6 +37,7 @@ class ActReport:
     adopted: list[str] = field(default_factory=list)
     told: list[str] = field(default_factory=list)
     orphans_terminated: list[str] = field(default_factory=list)
+    powered_off: list[str] = field(default_factory=list)  # on-prem, on while Slurm had them off
     error: str | None = None
 
 
@@ -79,6 +80,10 @@ def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: A
     out.orphans_terminated = actor.terminate_orphans(judgment.orphans)
     if out.orphans_terminated:
         record(actor, "orphan", "terminated " + ",".join(out.orphans_terminated))
+    out.powered_off = actor.power_off(judgment.strays, "stray")
+    if out.powered_off:
+        why = "on at the BMC while Slurm has them powered down"
+        record(actor, "power", f"powered off {','.join(out.powered_off)}: {why}")
 
 
 def record_facts(actor: Actor, snapshot: Snapshot, judgment: Judgment) -> None:

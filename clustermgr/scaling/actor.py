@@ -297,6 +297,14 @@ class Actor:
             done.extend(sorted(self._terminate([(provider_name, i) for i in ids], "orphan")))
         return done
 
+    def power_off(self, nodes: Mapping[str, Sequence[str]], why: str) -> list[str]:
+        """Switch off on-prem nodes no row holds on (provider -> node names), through the
+        same safety check as every power-off."""
+        done: list[str] = []
+        for provider_name, names in sorted(nodes.items()):
+            done.extend(sorted(self._terminate([(provider_name, n) for n in names], why)))
+        return done
+
     def _terminate(self, doomed: Sequence[tuple[str | None, str | None]], why: str) -> set[str]:
         by_provider: dict[str, list[str]] = {}
         for provider_name, instance_id in doomed:

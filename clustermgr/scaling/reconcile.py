@@ -17,7 +17,7 @@ from clustermgr.lifecycle import NodeState
 from clustermgr.providers.base import TAG_NODE, CloudInstance, InstanceState
 from clustermgr.reasons import BOOT_TIMEOUT, POWER, RESUME_TIMEOUT, VANISHED, Reason
 from clustermgr.scaling.observe import NodeRecord, Snapshot
-from clustermgr.scaling.onprem import onprem_providers
+from clustermgr.scaling.onprem import BUSY_STATES, onprem_providers
 from clustermgr.scaling.verdicts import (
     FAILING,
     FINISHING,
@@ -52,6 +52,7 @@ class Judgment:
     resume_requests: dict[str, tuple[str, ...]] = field(default_factory=dict)  # node -> jobs
     relaunch: dict[str, list[str]] = field(default_factory=dict)  # request id -> nodes
     orphans: dict[str, list[str]] = field(default_factory=dict)  # provider -> instance ids
+    strays: dict[str, list[str]] = field(default_factory=dict)  # on-prem provider -> nodes
     requests: list[HookRequest] = field(default_factory=list)
 
     def having(self, *verdicts: Verdict) -> list[Judged]:
@@ -99,6 +100,7 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
     inflight = set(judgment.relaunch)
     bound |= snapshot.director_instances  # a director's instance is the directors' business
     judgment.orphans = orphans(snapshot, bound, inflight, orphan_grace_s, onprem)
+    judgment.strays = on_while_powered_down(snapshot, onprem)
     return judgment
 
 
@@ -206,6 +208,32 @@ def _already_on(judged: Judged, record: NodeRecord, snapshot: Snapshot) -> Judge
     if seen.powered_down or seen.powering_up:
         return judged
     return replace(judged, verdict=Verdict.ADOPT, instance=instance)
+
+
+def on_while_powered_down(snapshot: Snapshot, onprem: frozenset[str]) -> dict[str, list[str]]:
+    """On-prem nodes recorded off whose BMC reports them on while Slurm has them powered
+    down, with no job and no power-up asked (a hard off that never came, a power button
+    pressed by hand): Slurm places no job there, and if it powered one up, a node that was
+    already on would never end POWERING_UP. Their chassis only draws power: switch it off."""
+    found: dict[str, list[str]] = {}
+    for record in sorted(snapshot.nodes.values(), key=lambda r: r.name):
+        if record.provider not in onprem or record.provider is None:
+            continue
+        if record.state is not NodeState.POWERED_DOWN or record.instance_id:
+            continue
+        instance = snapshot.instances.get(record.provider, {}).get(record.name)
+        seen = snapshot.workload.nodes.get(record.name)
+        if instance is None or instance.state is not InstanceState.RUNNING or seen is None:
+            continue
+        if (
+            seen.powered_down
+            and not seen.power_up_asked
+            and "POWERING_DOWN" not in seen.flags
+            and seen.state not in BUSY_STATES
+            and not seen.completing
+        ):
+            found.setdefault(record.provider, []).append(record.name)
+    return found
 
 
 def _power_reason(template: TemplateSettings | None, verdict: Verdict) -> str:

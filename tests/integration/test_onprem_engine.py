@@ -21,7 +21,7 @@ from sqlalchemy import select
 
 from clustermgr.config import Settings, parse_settings
 from clustermgr.db.engine import Database
-from clustermgr.db.models import Node, NodeEvent
+from clustermgr.db.models import ClusterEvent, Node, NodeEvent
 from clustermgr.inventory import sync_nodes
 from clustermgr.lifecycle import NodeState
 from clustermgr.providers.registry import make_provider
@@ -227,6 +227,21 @@ def test_a_node_switched_on_by_hand_is_adopted_then_up(world: World) -> None:
     assert world.lab.actions(node).count("on") <= 1  # the engine never powered it on again
     reasons = [reason for _state, reason in world.history(node)]
     assert any("adopted" in reason for reason in reasons)
+
+
+def test_a_node_on_while_slurm_has_it_powered_down_is_switched_off(world: World) -> None:
+    node = NODES[1]
+    world.lab.press_power_button(node)  # Slurm still shows it idle~: it would never join
+    wait_until(lambda: world.lab.power(node) == "on", what=f"{node} on by hand")
+    report = world.engine().cycle()
+    assert report.error is None, report.error
+    wait_until(lambda: world.lab.power(node) == "off", what=f"{node} switched off")
+    assert "soft-off" in world.lab.actions(node)  # a graceful shutdown first
+    assert world.state(node) is NodeState.POWERED_DOWN
+    assert [n for n in NODES if world.lab.power(n) == "on"] == []
+    with world.db.session() as session:
+        messages = session.scalars(select(ClusterEvent.message).where(ClusterEvent.kind == "power"))
+        assert [m.split(":")[0] for m in messages] == [f"powered off {node}"]
 
 
 ONPREM_TOML = """

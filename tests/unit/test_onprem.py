@@ -351,12 +351,12 @@ def test_the_energy_figure_counts_powered_off_on_prem_nodes_only() -> None:
     ]
 
 
-def test_an_on_prem_node_found_on_and_registered_is_adopted_not_powered_down() -> None:
+def test_an_on_prem_node_found_on_is_adopted_or_switched_off_when_slurm_has_it_off() -> None:
     parsed = settings()
     records = [record(f"gpu-0{i}", NodeState.POWERED_DOWN) for i in range(1, 5)]
     power = {
         "gpu-01": InstanceState.RUNNING,  # on and registered (held by the policy-mode hold)
-        "gpu-02": InstanceState.RUNNING,  # on, but Slurm has it powered down: left alone
+        "gpu-02": InstanceState.RUNNING,  # on, but Slurm has it powered down: switched off
         "gpu-03": InstanceState.TERMINATED,
         "gpu-04": InstanceState.UNKNOWN,
     }
@@ -375,3 +375,10 @@ def test_an_on_prem_node_found_on_and_registered_is_adopted_not_powered_down() -
         judgment.verdicts.get(n) is None or judgment.verdicts[n].verdict is not Verdict.ADOPT
         for n in ("gpu-02", "gpu-03", "gpu-04")
     )
+    assert judgment.strays == {"rack1": ["gpu-02"]}
+    # not while Slurm powers it up, places a job on it, or is still powering it down
+    for flags in (("POWERED_DOWN", "POWER_UP"), ("POWERED_DOWN", "POWERING_DOWN")):
+        slurm["gpu-02"] = node("gpu-02", "IDLE", *flags)
+        assert reconcile(parsed, snapshot(records, power, slurm), orphan_grace_s=0).strays == {}
+    slurm["gpu-02"] = node("gpu-02", "ALLOCATED", "POWERED_DOWN")
+    assert reconcile(parsed, snapshot(records, power, slurm), orphan_grace_s=0).strays == {}
