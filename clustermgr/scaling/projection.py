@@ -76,7 +76,10 @@ def node_view(
         state_since=record.state_since,
         idle_since=facts.idle_since if facts else record.idle_since,
         jobs_end=jobs_end,
-        power_unknown=onprem and power is not None and power.unknown(record.name),
+        # a BMC that did not answer, or a provider that could not be listed at all
+        power_unknown=onprem
+        and power is not None
+        and (record.provider not in snapshot.instances or power.unknown(record.name)),
     )
 
 

@@ -240,6 +240,12 @@ def test_a_node_whose_bmc_does_not_answer_is_not_capacity() -> None:
     assert view.nodes["gpu-02"].power_unknown
     assert view.free_slots("onprem-a100") == ["gpu-03"]
     assert power_facts(parsed, snap.instances).unknown("gpu-04")
+    # the provider could not be listed at all (every BMC rejected the credentials): all
+    # its nodes' power is unknown, none is a slot to power on
+    unlisted = replace(snap, instances={"aws1": {}})
+    view = build_view(parsed, unlisted, reconcile(parsed, unlisted, orphan_grace_s=300))
+    assert all(view.nodes[n].power_unknown for n in ("gpu-01", "gpu-03"))
+    assert view.free_slots("onprem-a100") == [] and not view.nodes["gpu-01"].idle
 
 
 ONPREM = template(
