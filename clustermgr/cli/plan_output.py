@@ -51,6 +51,10 @@ def verdict_rows(judgment: Judgment) -> list[dict[str, Any]]:
         }
         for provider, names in sorted(judgment.strays.items())
     )
+    rows.extend(
+        {"action": "verdict:down", "target": node, "count": 1, "market": None, "reason": fault}
+        for node, fault in sorted(judgment.faults.items())
+    )
     return rows
 
 

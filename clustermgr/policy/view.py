@@ -150,7 +150,10 @@ class ClusterView:
 
     def free_slots(self, template: str) -> list[str]:
         """Powered-down slot names of a template, in name order (the order launches use).
-        A slot Slurm is still powering down is not free: powering it up now would fail."""
+        A slot Slurm is still powering down is not free: powering it up now would fail.
+        Nor is an on-prem node Slurm has DOWN (a BMC fault an admin must see)."""
+        view = self.templates.get(template)
+        down_is_out = view is not None and view.onprem
         return sorted(
             n.name
             for n in self.burst_nodes(NodeState.POWERED_DOWN, template)
@@ -158,6 +161,7 @@ class ClusterView:
             and not n.settling
             and not n.power_unknown
             and "POWERING_DOWN" not in n.slurm.flags
+            and not (down_is_out and n.slurm.state == "DOWN")
         )
 
     def hourly_rate(self) -> float:

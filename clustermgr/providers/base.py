@@ -25,6 +25,8 @@ TAG_CLUSTER = "clustermgr-cluster"
 TAG_TEMPLATE = "clustermgr-template"
 TAG_REQUEST = "clustermgr-request"
 TAG_NODE = "clustermgr-node"
+# an on-prem node's listing: its BMC's fault an admin must fix (`(Code:KIND) detail`)
+TAG_FAULT = "clustermgr-fault"
 
 Market = Literal["on-demand", "spot"]
 
@@ -77,6 +79,12 @@ class CloudInstance:
     @property
     def request_id(self) -> str | None:
         return self.tags.get(TAG_REQUEST)
+
+    @property
+    def fault(self) -> str | None:
+        """An on-prem node's BMC fault an admin must fix (credentials rejected, no such
+        system): `(Code:KIND) detail`, on a listing whose state is UNKNOWN."""
+        return self.tags.get(TAG_FAULT)
 
     @property
     def template(self) -> str | None:

@@ -80,6 +80,9 @@ def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: A
     out.orphans_terminated = actor.terminate_orphans(judgment.orphans)
     if out.orphans_terminated:
         record(actor, "orphan", "terminated " + ",".join(out.orphans_terminated))
+    actor.set_down(judgment.faults)
+    for node, fault in sorted(judgment.faults.items()):
+        record(actor, "fault", f"{node} set DOWN in Slurm: {fault}")
     out.powered_off = actor.power_off(judgment.strays, "stray")
     if out.powered_off:
         why = "on at the BMC while Slurm has them powered down"
@@ -299,7 +302,8 @@ def hold_policy_nodes(actor: Actor, view: ClusterView, plan: Plan) -> None:
             and not node.slurm.drained
             and not node.settling
             and node.name not in launching
-        ):
+            and not (view.templates[node.template].onprem and node.slurm.state == "DOWN")
+        ):  # an on-prem node DOWN for a BMC fault is out already, its reason in sight
             by_reason.setdefault(hold_reason(node.slurm.reason), []).append(node.name)
     for reason, names in sorted(by_reason.items()):
         actor.hold(names, reason)

@@ -332,6 +332,11 @@ class Actor:
             log.info("not powering %s off yet (%s): %s", node, why, blocked)
         return blocked is not None
 
+    def set_down(self, reasons: Mapping[str, str]) -> None:
+        """DOWN in Slurm with each node's reason: out until an admin resumes it."""
+        for reason, names in sorted(_group(reasons).items()):
+            self._slurm_quietly(self.workload.set_down, names, reason)
+
     def hold(self, names: Sequence[str], reason: str = HOLD_REASON) -> None:
         """Keep powered-down policy-mode nodes out of scheduling (DRAIN with a reason)."""
         if names:

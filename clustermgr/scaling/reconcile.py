@@ -53,6 +53,7 @@ class Judgment:
     relaunch: dict[str, list[str]] = field(default_factory=dict)  # request id -> nodes
     orphans: dict[str, list[str]] = field(default_factory=dict)  # provider -> instance ids
     strays: dict[str, list[str]] = field(default_factory=dict)  # on-prem provider -> nodes
+    faults: dict[str, str] = field(default_factory=dict)  # on-prem node -> its BMC's fault
     requests: list[HookRequest] = field(default_factory=list)
 
     def having(self, *verdicts: Verdict) -> list[Judged]:
@@ -101,6 +102,7 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
     bound |= snapshot.director_instances  # a director's instance is the directors' business
     judgment.orphans = orphans(snapshot, bound, inflight, orphan_grace_s, onprem)
     judgment.strays = on_while_powered_down(snapshot, onprem)
+    judgment.faults = bmc_faults(snapshot, onprem)
     return judgment
 
 
@@ -233,6 +235,27 @@ def on_while_powered_down(snapshot: Snapshot, onprem: frozenset[str]) -> dict[st
             and not seen.completing
         ):
             found.setdefault(record.provider, []).append(record.name)
+    return found
+
+
+def bmc_faults(snapshot: Snapshot, onprem: frozenset[str]) -> dict[str, str]:
+    """Powered-down on-prem nodes whose BMC has a fault an admin must fix (credentials
+    rejected, no such system: `CloudInstance.fault`) and that Slurm does not have DOWN yet:
+    they are set DOWN with it, so Slurm shows why they stay out. Nodes that are on are left
+    alone (they run jobs; only their power control is broken)."""
+    found: dict[str, str] = {}
+    for record in sorted(snapshot.nodes.values(), key=lambda r: r.name):
+        if record.provider not in onprem or record.provider is None:
+            continue
+        if record.state is not NodeState.POWERED_DOWN or record.instance_id:
+            continue
+        instance = snapshot.instances.get(record.provider, {}).get(record.name)
+        seen = snapshot.workload.nodes.get(record.name)
+        if instance is None or instance.fault is None or seen is None:
+            continue
+        if seen.state == "DOWN" or seen.state in BUSY_STATES or seen.power_up_asked:
+            continue
+        found[record.name] = instance.fault
     return found
 
 

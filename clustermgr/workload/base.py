@@ -142,6 +142,10 @@ class Workload(Protocol):
         """Power nodes down with a reason; `force` requeues their jobs at once."""
         ...
 
+    def set_down(self, nodes: Sequence[str], reason: str) -> None:
+        """DOWN with a reason: out of scheduling until an admin resumes them."""
+        ...
+
     def drain(self, nodes: Sequence[str], reason: str) -> None: ...
 
     def undrain(self, nodes: Sequence[str]) -> None:

@@ -154,6 +154,9 @@ class SlurmCli:
         state = "POWER_DOWN_FORCE" if force else "POWER_DOWN"
         self._update_with_reason(nodes, state, reason)
 
+    def set_down(self, nodes: Sequence[str], reason: str) -> None:
+        self._update_with_reason(nodes, "DOWN", reason)
+
     def drain(self, nodes: Sequence[str], reason: str) -> None:
         self._update_with_reason(nodes, "DRAIN", reason)
 

@@ -33,6 +33,7 @@ from tests.integration.test_bmc_providers import (
     CLUSTER,
     LONE,
     NODES,
+    USER,
     Lab,
     running_lab,
     wait_until,
@@ -49,6 +50,7 @@ class ScriptedSlurm:
     nodes: dict[str, WorkloadNode]
     pending: list[PendingJob] = field(default_factory=list)
     calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    reasons: dict[str, str] = field(default_factory=dict)  # the reasons of `set_down`
 
     def snapshot(self) -> WorkloadSnapshot:
         return WorkloadSnapshot(datetime.now(UTC), dict(self.nodes), tuple(self.pending))
@@ -64,6 +66,10 @@ class ScriptedSlurm:
 
     def power_down(self, nodes: Sequence[str], reason: str, force: bool = False) -> None:
         self.calls.append(("power_down_force" if force else "power_down", tuple(nodes)))
+
+    def set_down(self, nodes: Sequence[str], reason: str) -> None:
+        self.calls.append(("down", tuple(nodes)))
+        self.reasons.update(dict.fromkeys(nodes, reason))
 
     def drain(self, nodes: Sequence[str], reason: str) -> None:
         self.calls.append(("drain", tuple(nodes)))
@@ -101,8 +107,9 @@ class World:
             return [(e.new_state, e.reason) for e in events]
 
 
-def config(lab: Lab, tmp: Path) -> dict[str, Any]:
-    provider = lab.settings().model_dump(mode="json", exclude_none=True, exclude_defaults=True)
+def config(lab: Lab, tmp: Path, **provider_settings: Any) -> dict[str, Any]:
+    settings = lab.settings(**provider_settings)
+    provider = settings.model_dump(mode="json", exclude_none=True, exclude_defaults=True)
     provider["name"] = "rack1"
     return {
         "cluster": {"name": CLUSTER},
@@ -227,6 +234,39 @@ def test_a_node_switched_on_by_hand_is_adopted_then_up(world: World) -> None:
     assert world.lab.actions(node).count("on") <= 1  # the engine never powered it on again
     reasons = [reason for _state, reason in world.history(node)]
     assert any("adopted" in reason for reason in reasons)
+
+
+def test_a_bmc_that_rejects_the_credentials_leaves_its_node_down_with_the_reason(
+    world: World, tmp_path: Path
+) -> None:
+    data = config(world.lab, tmp_path)
+    wrong = world.lab.secret_file("lone-bmc.pw", "not-its-pw")
+    credentials = {"source": "password_file", "username": USER, "secret_file": str(wrong)}
+    for entry in data["providers"][0]["bmc_nodes"]:
+        if entry["nodes"] == LONE:  # its BMC serves it alone
+            entry["credentials"] = credentials
+    world.settings = parse_settings(data, "test")
+    slurm = world.slurm
+    slurm.pending = [gpu_job("1")]
+    report = world.engine().cycle()
+    assert report.error is None, report.error
+    assert report.view is not None and report.view.nodes[LONE].power_unknown
+    assert report.launched == [NODES[0]]  # a node whose BMC takes its credentials
+    assert ("down", (LONE,)) in slurm.calls
+    reason = slurm.reasons[LONE]
+    assert reason.startswith("(Code:AUTH)") and "password from file" in reason  # never what
+    assert "not-its-pw" not in reason
+    assert world.state(LONE) is NodeState.POWERED_DOWN and world.lab.power(LONE) == "off"
+    with world.db.session() as session:
+        events = session.scalars(select(ClusterEvent.message).where(ClusterEvent.kind == "fault"))
+        assert [e.split(":")[0] for e in events] == [f"{LONE} set DOWN in Slurm"]
+
+    slurm.show(LONE, "DOWN", "POWERED_DOWN")  # as slurmctld then shows it: down~
+    slurm.calls.clear()
+    world.now += timedelta(seconds=30)
+    report = world.engine().cycle()
+    assert not [nodes for name, nodes in slurm.calls if LONE in nodes]  # nor DOWN nor a hold
+    assert report.view is not None and LONE not in report.view.free_slots(TEMPLATE)
 
 
 def test_a_node_on_while_slurm_has_it_powered_down_is_switched_off(world: World) -> None:

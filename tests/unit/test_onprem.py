@@ -246,6 +246,11 @@ def test_a_node_whose_bmc_does_not_answer_is_not_capacity() -> None:
     view = build_view(parsed, unlisted, reconcile(parsed, unlisted, orphan_grace_s=300))
     assert all(view.nodes[n].power_unknown for n in ("gpu-01", "gpu-03"))
     assert view.free_slots("onprem-a100") == [] and not view.nodes["gpu-01"].idle
+    # Slurm has an on-prem node DOWN (a BMC fault an admin must fix): not a free slot
+    down = dict(slurm, **{"gpu-03": node("gpu-03", "DOWN", "POWERED_DOWN")})
+    snap = snapshot(records, power, down)
+    view = build_view(parsed, snap, reconcile(parsed, snap, orphan_grace_s=300))
+    assert view.free_slots("onprem-a100") == []
 
 
 ONPREM = template(

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, ClassVar
 from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import (
     TAG_CLUSTER,
+    TAG_FAULT,
     TAG_NODE,
     CloudInstance,
     InstanceState,
@@ -78,6 +79,9 @@ if TYPE_CHECKING:
     from clustermgr.config import ProviderSettings
 
 log = logging.getLogger(__name__)
+# failures no retry fixes (credentials rejected; no such system, cipher suite, TLS): an
+# admin must see them, so the listing tags the node with them (CloudInstance.fault)
+ADMIN_FAULTS = frozenset({ErrorKind.AUTH, ErrorKind.INVALID})
 
 MAX_BMC_THREADS = 32
 MIN_POLL_S = 0.05
@@ -280,6 +284,9 @@ class PowerProvider(CloudProvider[PowerPlan]):
                 self._log_unknown(node, done.failures[node.name])
             assert isinstance(power, Power)
             tags = {TAG_CLUSTER: self.cluster, TAG_NODE: node.name}
+            failure = done.failures.get(node.name)
+            if failure is not None and failure.kind in ADMIN_FAULTS:
+                tags[TAG_FAULT] = self.launch_error(node, failure).reason()
             listed[node.name] = self.instance(node, INSTANCE_STATE[power], tags)
         return listed
 
