@@ -48,11 +48,7 @@ class IdleTimeout:
         spare = {}
         for name, template in view.templates.items():
             if template.onprem:
-                on = sum(
-                    1
-                    for n in view.active_nodes(name)
-                    if n.state is not NodeState.STOPPING and not n.settling and not n.power_unknown
-                )
+                on = view.powered_on(name)
                 stopping = sum(
                     1
                     for stop in view.proposed.stops

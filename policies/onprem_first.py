@@ -29,6 +29,8 @@ class OnpremFirst:
     - A job that fits an on-prem template (ipmi/redfish provider) with powered-off nodes
       whose boot timeout is within `minutes` gets those nodes powered on (a launch of that
       template) and is held; nodes of the template already powering on serve jobs first.
+    - An on-prem template with fewer than `min_on` nodes on (an admin or a failure switched
+      them off; idle_timeout never does) gets powered-off nodes powered on up to `min_on`.
 
     Put it before queue_depth: held jobs are not counted as demand. A job with no
     estimate (Slurm has none for it) and no on-prem node to boot is not held.
@@ -47,7 +49,21 @@ class OnpremFirst:
             if job.estimated_start is not None and job.estimated_start <= soon
         }
         decision = view.proposed.hold(held)
-        return self.power_on(view, decision)
+        return self.keep_min_on(view, self.power_on(view, decision))
+
+    @staticmethod
+    def keep_min_on(view: ClusterView, decision: ScaleDecision) -> ScaleDecision:
+        orders = []
+        for t in view.templates.values():
+            if not t.onprem or not t.min_on or t.demand_mode != "policy" or t.blocked:
+                continue
+            planned = view.powered_on(t.name) + decision.launching(t.name)
+            free = len(view.free_slots(t.name)) - decision.launching(t.name)
+            count = min(t.min_on - planned, free)
+            if count > 0:
+                reason = f"onprem_first: keep {t.min_on} {t.name} nodes on (min_on)"
+                orders.append(Launch(template=t.name, count=count, reason=reason))
+        return decision.add(*orders)
 
     def power_on(self, view: ClusterView, decision: ScaleDecision) -> ScaleDecision:
         bootable = [

@@ -148,6 +148,15 @@ class ClusterView:
         """Cloud nodes holding (or about to hold) a billed instance."""
         return [n for n in self.burst_nodes(template=template) if n.state in ACTIVE_CLOUD_STATES]
 
+    def powered_on(self, template: str) -> int:
+        """On-prem nodes of a template that are on or coming on: active, not being stopped,
+        and their BMC answered (what `min_on` counts)."""
+        return sum(
+            1
+            for n in self.active_nodes(template)
+            if n.state is not NodeState.STOPPING and not n.settling and not n.power_unknown
+        )
+
     def free_slots(self, template: str) -> list[str]:
         """Powered-down slot names of a template, in name order (the order launches use).
         A slot Slurm is still powering down is not free: powering it up now would fail.

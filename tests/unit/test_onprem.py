@@ -331,6 +331,25 @@ def test_onprem_first_powers_on_prem_nodes_on_before_a_cloud_launch() -> None:
     assert all(launch.reason.startswith("queue_depth") for launch in decision.launches)
 
 
+def test_onprem_first_powers_nodes_on_up_to_min_on() -> None:
+    chain = [PolicyRef(name="onprem_first")]
+    two = replace(ONPREM, min_on=2)
+    off = [onprem_node(f"r{i}", NodeState.POWERED_DOWN) for i in range(1, 4)]
+    [launch] = run(chain, cluster(off, two)).launches
+    assert (launch.template, launch.count) == ("rack", 2) and "min_on" in launch.reason
+    # r1 on, r2's BMC silent (neither on nor a slot): one more, r3
+    some = [
+        onprem_node("r1", NodeState.UP),
+        onprem_node("r2", NodeState.POWERED_DOWN, power_unknown=True),
+        onprem_node("r3", NodeState.POWERED_DOWN),
+    ]
+    [launch] = run(chain, cluster(some, two)).launches
+    assert launch.count == 1
+    assert run(chain, cluster(some, ONPREM)).launches == ()  # min_on 1: r1 is enough
+    slurm_mode = replace(two, demand_mode="slurm")
+    assert run(chain, cluster(off, slurm_mode)).launches == ()
+
+
 def test_onprem_first_changes_nothing_without_on_prem_templates() -> None:
     pending = (job("1", partition="gpu"),)
     chain = [PolicyRef(name="onprem_first"), PolicyRef(name="queue_depth")]
