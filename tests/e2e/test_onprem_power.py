@@ -8,7 +8,7 @@ time namespace whose boot clock says the kernel started a second ago: later than
 power-up request, as on real hardware (slurmctld ends POWERING_UP only for a boot later
 than that request; a boot clock set further back once kept op1 POWERING_UP until its boot
 timeout). It stops slurmd (SIGTERM, then SIGKILL, by pid) when the chassis goes off.
-op1's slurmd runs in the host's network namespace on the bridge address, port 6820
+op1's slurmd runs in the host's network namespace on the bridge address, on a free port
 (the burst nodes' slurmd run in their own namespaces on 6818). The lab has its own subnet,
 so it can run beside the other end-to-end labs.
 
@@ -41,10 +41,10 @@ import pytest
 from tests.conftest import cannot_run
 from tests.e2e.conftest import slurm_user_for_hooks
 from tests.labs.burstlab import BurstLab, BurstLabSpec
+from tests.labs.slurmlab import free_port
 from tests.services import bmc
 
 NODE = "op1"
-SLURMD_PORT = 6820
 USER = "cmadmin"
 PASSWORD = "Op1-Bmc-Pass-51c9"
 SLURMD = "/usr/sbin/slurmd"
@@ -182,7 +182,7 @@ def onprem_lab(lab_dir: Path) -> Iterator[tuple[BurstLab, bmc.IpmiSim, PowerWatc
         # provider settings name the subnet, whose first address is the head's.
         head = spec.subnet.rsplit(".", 1)[0] + ".1"
         spec.extra_conf = (
-            f"NodeName={NODE} NodeAddr={head} Port={SLURMD_PORT} CPUs=2 RealMemory=900 Weight=1",
+            f"NodeName={NODE} NodeAddr={head} Port={free_port()} CPUs=2 RealMemory=900 Weight=1",
             f"PartitionName=gpu Nodes={NODE} Default=NO MaxTime=INFINITE State=UP",
         )
         sim.press_power_button()  # on before clustermgr manages it
