@@ -7,7 +7,7 @@ phase carries the judgment out; a dry run prints it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
@@ -218,45 +218,43 @@ def on_while_powered_down(snapshot: Snapshot, onprem: frozenset[str]) -> dict[st
     pressed by hand): Slurm places no job there, and if it powered one up, a node that was
     already on would never end POWERING_UP. Their chassis only draws power: switch it off."""
     found: dict[str, list[str]] = {}
-    for record in sorted(snapshot.nodes.values(), key=lambda r: r.name):
-        if record.provider not in onprem or record.provider is None:
-            continue
-        if record.state is not NodeState.POWERED_DOWN or record.instance_id:
-            continue
-        instance = snapshot.instances.get(record.provider, {}).get(record.name)
-        seen = snapshot.workload.nodes.get(record.name)
-        if instance is None or instance.state is not InstanceState.RUNNING or seen is None:
-            continue
-        if (
-            seen.powered_down
-            and not seen.power_up_asked
-            and "POWERING_DOWN" not in seen.flags
-            and seen.state not in BUSY_STATES
-            and not seen.completing
-        ):
-            found.setdefault(record.provider, []).append(record.name)
+    for record, instance, seen in _recorded_off(snapshot, onprem):
+        if instance.state is InstanceState.RUNNING and "POWERING_DOWN" not in seen.flags:
+            found.setdefault(record.provider or "", []).append(record.name)
     return found
 
 
 def bmc_faults(snapshot: Snapshot, onprem: frozenset[str]) -> dict[str, str]:
-    """Powered-down on-prem nodes whose BMC has a fault an admin must fix (credentials
-    rejected, no such system: `CloudInstance.fault`) and that Slurm does not have DOWN yet:
-    they are set DOWN with it, so Slurm shows why they stay out. Nodes that are on are left
-    alone (they run jobs; only their power control is broken)."""
-    found: dict[str, str] = {}
+    """On-prem nodes recorded off and powered down in Slurm whose BMC has a fault an admin
+    must fix (credentials rejected, no such system: `CloudInstance.fault`), not DOWN in
+    Slurm yet: they are set DOWN with it, so Slurm shows why they stay out. Nodes Slurm has
+    up are left alone (they run jobs; only their power control is broken)."""
+    return {
+        record.name: instance.fault
+        for record, instance, seen in _recorded_off(snapshot, onprem)
+        if instance.fault is not None and seen.state != "DOWN"
+    }
+
+
+def _recorded_off(
+    snapshot: Snapshot, onprem: frozenset[str]
+) -> Iterator[tuple[NodeRecord, CloudInstance, WorkloadNode]]:
+    """On-prem rows recorded off, listed by their BMC, that Slurm has powered down with no
+    job on them and no power-up asked, in name order."""
     for record in sorted(snapshot.nodes.values(), key=lambda r: r.name):
-        if record.provider not in onprem or record.provider is None:
+        if record.provider not in onprem or record.state is not NodeState.POWERED_DOWN:
             continue
-        if record.state is not NodeState.POWERED_DOWN or record.instance_id:
-            continue
-        instance = snapshot.instances.get(record.provider, {}).get(record.name)
+        instance = snapshot.instances.get(record.provider or "", {}).get(record.name)
         seen = snapshot.workload.nodes.get(record.name)
-        if instance is None or instance.fault is None or seen is None:
+        if record.instance_id or instance is None or seen is None:
             continue
-        if seen.state == "DOWN" or seen.state in BUSY_STATES or seen.power_up_asked:
-            continue
-        found[record.name] = instance.fault
-    return found
+        if (
+            seen.powered_down
+            and not seen.power_up_asked
+            and seen.state not in BUSY_STATES
+            and not seen.completing
+        ):
+            yield record, instance, seen
 
 
 def _power_reason(template: TemplateSettings | None, verdict: Verdict) -> str:

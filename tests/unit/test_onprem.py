@@ -14,7 +14,7 @@ from clustermgr.config import PolicyRef, Settings, parse_settings
 from clustermgr.errors import ConfigError
 from clustermgr.lifecycle import NodeState, power_of
 from clustermgr.policy import ClusterView, NodeView, TemplateView
-from clustermgr.providers.base import CloudInstance, InstanceState
+from clustermgr.providers.base import TAG_FAULT, CloudInstance, InstanceState
 from clustermgr.scaling.observe import NodeRecord, Snapshot, template_views
 from clustermgr.scaling.onprem import power_facts, power_off_blocked, power_saved_kw
 from clustermgr.scaling.projection import build_view
@@ -329,6 +329,23 @@ def test_onprem_first_powers_on_prem_nodes_on_before_a_cloud_launch() -> None:
     decision = run(chain, cluster(nodes, slow, CLOUD, pending=pending))
     assert decision.held == {}  # onprem_first leaves it to queue_depth's template order
     assert all(launch.reason.startswith("queue_depth") for launch in decision.launches)
+
+
+def test_a_bmc_fault_sets_a_powered_down_node_down_never_one_slurm_has_up() -> None:
+    parsed = settings()
+    records = [record("gpu-01", NodeState.POWERED_DOWN)]
+    fault = "(Code:AUTH) BmcPasswordRejected: password rejected (password from file /x)"
+    faulty = replace(bmc("gpu-01", InstanceState.UNKNOWN), tags={TAG_FAULT: fault})
+
+    def faults(seen: WorkloadNode) -> dict[str, str]:
+        snap = snapshot(records, {}, {"gpu-01": seen})
+        snap = replace(snap, instances={"rack1": {"gpu-01": faulty}, "aws1": {}})
+        return reconcile(parsed, snap, orphan_grace_s=0).faults
+
+    assert faults(node("gpu-01", "IDLE", "POWERED_DOWN", "DRAIN")) == {"gpu-01": fault}
+    assert faults(node("gpu-01", "IDLE")) == {}  # up in Slurm: its jobs run, left alone
+    assert faults(node("gpu-01", "DOWN", "POWERED_DOWN")) == {}  # DOWN already
+    assert faults(node("gpu-01", "IDLE", "POWERED_DOWN", "POWER_UP")) == {}
 
 
 def test_onprem_first_powers_nodes_on_up_to_min_on() -> None:
