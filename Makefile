@@ -29,7 +29,7 @@ lint: setup
 	$(VENV)/bin/lint-imports --no-cache
 
 test: lint
-	$(VENV)/bin/pytest -n 2 --dist loadgroup $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n 2 $(PYTEST_ARGS)
 
 test-unit: setup
 	$(VENV)/bin/pytest -m unit -q

@@ -23,12 +23,13 @@ REPO = Path(__file__).resolve().parent.parent
 EXAMPLE_CONFIG = REPO / "etc" / "clustermgr.toml.example"
 
 
-# Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) a file's tests stay on one
-# worker (module fixtures build one lab), and files that share something fixed on this
-# machine share a group, so they never run at once: the cloud fakes' networks (bridges for
+# Under pytest-xdist (`make test` runs `-n 2`) the scheduler below keeps a file's tests on
+# one worker (module fixtures build one lab), and files that share something fixed on this
+# machine in one group, so they never run at once: the cloud fakes' networks (bridges for
 # 10.0.0.0/16, 10.20.0.0/16, ...), BurstLab's default subnet, the local contract harness's
 # subnet (a file's teardown removes its bridge). munged is shared by refcount
-# (tests/labs/slurmlab.py); everything else a test starts takes a free port.
+# (tests/labs/slurmlab.py); everything else a test starts takes a free port. (xdist's own
+# `loadgroup` cannot do this with pytest 9.2: it extends node ids, which 9.2 no longer reads.)
 SHARED_GROUPS = {
     "cloud-networks": (
         "tests/e2e/test_clouds.py",
@@ -48,26 +49,36 @@ GROUP_OF = {path: group for group, paths in SHARED_GROUPS.items() for path in pa
 SLOW_FIRST = ("cloud-networks", "burstlab-default-subnet", "tests/e2e/", "tests/integration/")
 
 
-def _start_rank(group: str) -> int:
+def group_of(nodeid: str) -> str:
+    path = nodeid.split("::", 1)[0]
+    return GROUP_OF.get(path, path)
+
+
+def _start_rank(nodeid: str) -> int:
+    group = group_of(nodeid)
     return next((i for i, prefix in enumerate(SLOW_FIRST) if group.startswith(prefix)), 99)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """Scopes are the groups above (a file, or the files that share a fixed network)."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class SharedResourceScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return group_of(nodeid)
+
+    return SharedResourceScheduling(config, log)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        rel = Path(str(item.fspath)).relative_to(REPO)
-        parts = rel.parts
+        parts = Path(str(item.fspath)).relative_to(REPO).parts
         if len(parts) > 1 and parts[0] == "tests" and parts[1] in ("unit", "integration", "e2e"):
             item.add_marker(getattr(pytest.mark, parts[1]))
         if len(parts) > 1 and parts[0] == "tests" and parts[1] == "chaos":
             item.add_marker(pytest.mark.chaos)
             item.add_marker(pytest.mark.e2e)
-        item.add_marker(pytest.mark.xdist_group(GROUP_OF.get(rel.as_posix(), rel.as_posix())))
-    items.sort(key=lambda item: _start_rank(_group(item)))  # stable: file order kept within
-
-
-def _group(item: pytest.Item) -> str:
-    marker = item.get_closest_marker("xdist_group")
-    return str(marker.args[0]) if marker is not None else ""
+    items.sort(key=lambda item: _start_rank(item.nodeid))  # stable: file order kept within
 
 
 @dataclass
