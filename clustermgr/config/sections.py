@@ -1,0 +1,124 @@
+"""The smaller tables: [cluster], [database], [slurm], [policy], [daemon], [simulate],
+[staging]."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import Field
+
+from clustermgr.config.base import NAME_PATTERN, StrictModel
+from clustermgr.errors import ConfigError
+
+
+class ClusterSettings(StrictModel):
+    name: str = Field("cluster", pattern=NAME_PATTERN)
+    head_address: str = ""
+
+
+class DatabaseSettings(StrictModel):
+    url: str | None = None
+    busy_timeout_s: float = Field(30.0, gt=0)
+
+
+class SlurmSettings(StrictModel):
+    bin_dir: Path = Path("/usr/bin")
+    sbin_dir: Path = Path("/usr/sbin")
+    command_timeout_s: float = Field(30.0, gt=0)
+    onprem_partitions: list[str] = []
+    conf_server: str = ""  # HOST[:PORT] burst nodes fetch slurm.conf from; default head_address
+    munge_key_path: str = "/etc/munge/munge.key"
+    hook_path: Path = Path("/usr/local/bin/clustermgr")
+
+
+class PolicyRef(StrictModel):
+    name: str
+    path: Path | None = None
+    options: dict[str, Any] = {}
+
+
+class PolicySettings(StrictModel):
+    chain: list[PolicyRef] = []
+    timeout_s: float = Field(5.0, gt=0)
+
+
+class DaemonSettings(StrictModel):
+    interval_s: float = Field(30.0, gt=0)
+    reconcile_interval_s: float = Field(60.0, gt=0)
+    catalog_refresh_s: float = Field(3600.0, gt=0)
+    state_dir: Path = Path("/var/lib/clustermgr")
+    orphan_grace_s: float = Field(300.0, ge=0)
+    heartbeat_stale_s: float = Field(120.0, gt=0)
+    metrics_address: str = "127.0.0.1"
+    metrics_port: int = Field(9464, ge=0, le=65535)
+    protect_after_failures: int = Field(10, ge=0)
+    protect_backoff_s: float = Field(1800.0, ge=0)
+    # a template whose launches fail with THROTTLED or TRANSIENT (after the SDK's retries)
+    # waits this long before its next launch, doubling per failure in a row up to the max;
+    # 0 retries every cycle
+    launch_backoff_s: float = Field(30.0, ge=0)
+    launch_backoff_max_s: float = Field(600.0, ge=0)
+
+
+class SimulateSettings(StrictModel):
+    """`clustermgr simulate` only: the modelled on-prem partition and cloud behaviour."""
+
+    onprem_nodes: int | None = Field(None, ge=0)  # default: the trace's largest job
+    onprem_cpus: int | None = Field(None, ge=1)  # node shape; default: the first template's
+    onprem_gpus: int | None = Field(None, ge=0)
+    onprem_memory_mb: int | None = Field(None, ge=1)
+    boot_delay_s: dict[str, float] = {}  # per template: launch -> joins Slurm
+    default_boot_delay_s: float = Field(600.0, ge=0)
+    # Slurm's power saving on the on-prem partition: an on-prem node idle this long is
+    # powered off (None: never) and powered on again for a job, which waits for its boot
+    onprem_suspend_after_s: float | None = Field(None, ge=0)
+    onprem_boot_delay_s: float = Field(300.0, ge=0)
+    onprem_keep_on: int = Field(0, ge=0)  # nodes that always stay on (SuspendExcNodes)
+    onprem_idle_kw: float = Field(0.0, ge=0)  # an idle on-prem node's draw: the kWh saved
+    spot_reclaim_per_hour: float = Field(0.01, ge=0)
+    tick_s: float = Field(60.0, gt=0)
+    backfill_depth: int = Field(200, ge=0)
+    seed: int = 0
+    # options of policies named in `--policy a+b` that the [policy] chain does not hold
+    options: dict[str, dict[str, Any]] = {}
+
+
+class StagingRegionSettings(StrictModel):
+    """Where cmsub stages a region's data, and how its jobs are pinned there."""
+
+    provider: str = Field(pattern=NAME_PATTERN)  # the region (a provider is one region)
+    partition: str = Field(min_length=1)  # the user's job runs here
+    features: list[str] = []  # sbatch --constraint for the job (AND); default: [provider]
+    # rsync: an rsync daemon URL (rsync://HOST[:PORT]/MODULE[/PATH]) or a local directory
+    rsync_target: str = ""
+    node_root: str = ""  # the staging root as the region's burst nodes see it (a mount)
+    s3_bucket: str = ""
+    s3_prefix: str = "cmsub"
+    s3_endpoint_url: str | None = None  # default: the provider's endpoint_url
+
+
+class StagingSettings(StrictModel):
+    """cmsub: job data staged in and out of burst regions by the user's own Slurm jobs."""
+
+    data_mover_partition: str = Field("datamover", min_length=1)
+    default_transport: Literal["rsync", "s3"] = "rsync"
+    quota_bytes: int = Field(1024**4, ge=0)  # per user: staged bytes held at once
+    retention_s: float = Field(0.0, ge=0)  # keep a job's staging area this long after stage-out
+    transfer_command: Path = Path("/usr/local/bin/cmsub-transfer")  # what the transfer jobs run
+    s3_part_size_mb: int = Field(64, ge=5, le=5120)
+    s3_workers: int = Field(8, ge=1, le=64)
+    regions: list[StagingRegionSettings] = []
+
+    def region(self, provider: str | None) -> StagingRegionSettings:
+        if not self.regions:
+            raise ConfigError(
+                "no [[staging.regions]] in the configuration: cmsub has nowhere to stage"
+            )
+        if provider is None:
+            return self.regions[0]
+        for region in self.regions:
+            if region.provider == provider:
+                return region
+        known = ", ".join(r.provider for r in self.regions)
+        raise ConfigError(f"--region {provider!r} is not in [[staging.regions]] (known: {known})")
