@@ -194,7 +194,17 @@ def make_lab(lab_dir: Path, mode: str, boot_timeout_s: int = 600) -> Iterator[Aw
             aws_access_key_id=ACCESS_KEY,
             aws_secret_access_key=SECRET_KEY,
         )
-        subnets = sorted(s["SubnetId"] for s in ec2.describe_subnets()["Subnets"])[:2]
+        # a VPC of its own in an address range no lab routes (198.18.0.0/15, RFC 2544): in
+        # the default VPC's 172.31.0.0/16 this lab's slurmctld would reach, and signal, the
+        # slurmd that a cloud lab running beside it (xdist) boots at the same address
+        vpc = ec2.create_vpc(CidrBlock="198.18.0.0/16")["Vpc"]["VpcId"]
+        zones = [z["ZoneName"] for z in ec2.describe_availability_zones()["AvailabilityZones"]]
+        subnets = [
+            ec2.create_subnet(VpcId=vpc, CidrBlock=f"198.18.{i}.0/24", AvailabilityZone=zone)[
+                "Subnet"
+            ]["SubnetId"]
+            for i, zone in enumerate(zones[:2], start=1)
+        ]
         config = write_config(lab_dir, slurm, fake, subnets, mode, boot_timeout_s)
         lab = AwsLab(slurm, fake, lab_dir, config)
         assert lab.run("clustermgr", "db", "upgrade").returncode == 0
