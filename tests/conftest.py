@@ -59,6 +59,7 @@ def _start_rank(nodeid: str) -> int:
     return next((i for i, prefix in enumerate(SLOW_FIRST) if group.startswith(prefix)), 99)
 
 
+@pytest.hookimpl(optionalhook=True)  # a run without xdist (-p no:xdist) knows no such hook
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     """Scopes are the groups above (a file, or the files that share a fixed network)."""
     from xdist.scheduler import LoadScopeScheduling
