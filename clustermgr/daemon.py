@@ -111,7 +111,7 @@ class Daemon:
         while not self.stop_event.is_set():
             self.stop_event.wait(0.5)
             with self.work_lock:
-                self._follow_clock_step()
+                self._follow_clock_step(move_timers=False)  # re-arm at once, move in a cycle
             if self.reload_event.is_set():
                 self.reload_event.clear()
                 self.reload()
@@ -238,15 +238,16 @@ class Daemon:
             sdnotify.status(f"{self.role}: {report.summary()}")
         self.heartbeat()
 
-    def _follow_clock_step(self) -> None:
-        """On a step of the wall clock (scaling/clockstep.py) the leader moves every
-        running timer by it, and the scheduler, which plans by the wall clock, is re-armed.
-        Called with the work lock held."""
+    def _follow_clock_step(self, move_timers: bool = True) -> None:
+        """On a step of the wall clock (scaling/clockstep.py) the scheduler, which plans by
+        the wall clock, is re-armed at once, and the leader moves every running timer by
+        it before its next cycle judges one (a failed move is retried by the next cycle,
+        not every half second). Called with the work lock held."""
         step = self.clock.step()
         if step is not None:
             self.unshifted_step_s += step
             self._schedule()
-        if not self.unshifted_step_s:
+        if not self.unshifted_step_s or not move_timers:
             return
         if self.role != "leader" or not self.lock.still_leader():
             log.warning(
