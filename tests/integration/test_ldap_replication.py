@@ -5,28 +5,23 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
 from ldap3 import BASE, MODIFY_REPLACE, Connection, Server
 from sqlalchemy import select
 
 from clustermgr.config import LdapSettings
 from clustermgr.db.engine import Database
-from clustermgr.db.models import ClusterEvent, LdapReplica, Provider
+from clustermgr.db.models import ClusterEvent, LdapReplica
 from clustermgr.directors.ldap_sync import DirectorTarget, sync_director
-from clustermgr.directors.state import ensure
-from tests.conftest import cannot_run, run_cli
+from tests.conftest import run_cli
 from tests.services.slapd import (
     SUFFIX,
     Slapd,
-    SlapdUnavailable,
-    available,
     directory_ldif,
     ldap_table,
-    make_server,
     user_ldif,
 )
 
@@ -37,41 +32,6 @@ GROUPS = f"ou=groups,{SUFFIX}"
 DIRECTOR = "director-lab-local"
 
 Factory = Callable[..., Slapd]
-
-
-@pytest.fixture
-def slapd(tmp_path: Path) -> Iterator[Factory]:
-    """Makes and starts slapd servers; every one is stopped by pid at teardown."""
-    why = available()
-    if why:
-        cannot_run(f"slapd: {why}")
-    made: list[Slapd] = []
-
-    def start(name: str, **kwargs: Any) -> Slapd:
-        try:
-            server = make_server(tmp_path / name, **kwargs)
-            made.append(server)
-            server.start()
-        except SlapdUnavailable as exc:
-            cannot_run(f"slapd: {exc}")
-        return server
-
-    yield start
-    for server in made:
-        server.destroy()
-
-
-@pytest.fixture
-def database(tmp_path: Path) -> Database:
-    """A database with one director at 127.0.0.1 (its slapd's port is in the settings)."""
-    db = Database(f"sqlite:///{tmp_path / 'cm.db'}")
-    db.upgrade()
-    with db.session() as session:
-        session.add(Provider(name="lab", type="local", region="local", credentials_source="none"))
-        session.flush()
-        director = ensure(session, "lab", "local", actor="test")
-        director.private_address = "127.0.0.1"
-    return db
 
 
 def settings_for(

@@ -5,26 +5,20 @@ lag check reads both sides over TLS), and a wrong CA refused in one line."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+import functools
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from clustermgr.config import LdapSettings
 from clustermgr.db.engine import Database
-from clustermgr.db.models import Provider
 from clustermgr.directors.ldap_sync import DirectorTarget, sync_director, targets
-from clustermgr.directors.state import ensure
-from tests.conftest import cannot_run
 from tests.services.slapd import (
     Slapd,
-    SlapdUnavailable,
     TlsFiles,
-    available,
     directory_ldif,
     ldap_table,
-    make_server,
     make_tls,
 )
 
@@ -40,36 +34,9 @@ def tls(tmp_path: Path) -> TlsFiles:
 
 
 @pytest.fixture
-def slapd(tmp_path: Path, tls: TlsFiles) -> Iterator[Factory]:
-    why = available()
-    if why:
-        cannot_run(f"slapd: {why}")
-    made: list[Slapd] = []
-
-    def start(name: str, **kwargs: Any) -> Slapd:
-        try:
-            server = make_server(tmp_path / name, tls=tls, **kwargs)
-            made.append(server)
-            server.start()
-        except SlapdUnavailable as exc:
-            cannot_run(f"slapd: {exc}")
-        return server
-
-    yield start
-    for server in made:
-        server.destroy()
-
-
-@pytest.fixture
-def database(tmp_path: Path) -> Database:
-    db = Database(f"sqlite:///{tmp_path / 'cm.db'}")
-    db.upgrade()
-    with db.session() as session:
-        session.add(Provider(name="lab", type="local", region="local", credentials_source="none"))
-        session.flush()
-        director = ensure(session, "lab", "local", actor="test")
-        director.private_address = "127.0.0.1"
-    return db
+def slapd(slapd: Factory, tls: TlsFiles) -> Factory:
+    """The shared factory (tests/integration/conftest.py), every server with this CA's TLS."""
+    return functools.partial(slapd, tls=tls)
 
 
 def target(database: Database) -> DirectorTarget:
