@@ -46,7 +46,13 @@ SHARED_GROUPS = {
 }
 GROUP_OF = {path: group for group, paths in SHARED_GROUPS.items() for path in paths}
 # the slow groups start first, so no long file is left for the end of the run
-SLOW_FIRST = ("cloud-networks", "burstlab-default-subnet", "tests/e2e/", "tests/integration/")
+SLOW_FIRST = (
+    "cloud-networks",
+    "burstlab-default-subnet",
+    "tests/e2e/",
+    "tests/security/",
+    "tests/integration/",
+)
 
 
 def group_of(nodeid: str) -> str:
@@ -74,8 +80,9 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).relative_to(REPO).parts
-        if len(parts) > 1 and parts[0] == "tests" and parts[1] in ("unit", "integration", "e2e"):
-            item.add_marker(getattr(pytest.mark, parts[1]))
+        layer = parts[1] if len(parts) > 1 and parts[0] == "tests" else ""
+        if layer in ("unit", "integration", "e2e", "security"):
+            item.add_marker(getattr(pytest.mark, layer))
         if len(parts) > 1 and parts[0] == "tests" and parts[1] == "chaos":
             item.add_marker(pytest.mark.chaos)
             item.add_marker(pytest.mark.e2e)
