@@ -15,7 +15,7 @@ setup: $(VENV)/.installed
 debs:
 	bash .ci/install-debs
 
-$(VENV)/.installed: pyproject.toml .ci/install-debs
+$(VENV)/.installed: pyproject.toml setup.py .ci/install-debs
 	bash .ci/install-debs
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip

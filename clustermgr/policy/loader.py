@@ -14,12 +14,12 @@ from clustermgr.errors import ConfigError
 from clustermgr.policy.base import Policy
 
 BUILTIN = {
-    "queue_depth": "policies.queue_depth:QueueDepth",
-    "idle_timeout": "policies.idle_timeout:IdleTimeout",
-    "min_max": "policies.min_max:MinMax",
-    "budget_cap": "policies.budget_cap:BudgetCap",
-    "onprem_first": "policies.onprem_first:OnpremFirst",
-    "spot_fallback": "policies.spot_fallback:SpotFallback",
+    "queue_depth": "clustermgr.policies.queue_depth:QueueDepth",
+    "idle_timeout": "clustermgr.policies.idle_timeout:IdleTimeout",
+    "min_max": "clustermgr.policies.min_max:MinMax",
+    "budget_cap": "clustermgr.policies.budget_cap:BudgetCap",
+    "onprem_first": "clustermgr.policies.onprem_first:OnpremFirst",
+    "spot_fallback": "clustermgr.policies.spot_fallback:SpotFallback",
 }
 
 
