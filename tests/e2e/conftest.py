@@ -37,15 +37,17 @@ def lab_dir() -> Iterator[Path]:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def slurm_user_for_hooks() -> str:
-    """ "slurm" when that user can run this virtualenv's hooks (the realistic set-up), else
-    "root" with a warning: an interpreter under a 0700 home is out of SlurmUser's reach."""
+def slurm_user_for_hooks(python: str | None = None) -> str:
+    """ "slurm" when that user can run this virtualenv's hooks (or those of the virtualenv of
+    `python`): the realistic set-up; else "root" with a warning: an interpreter under a 0700
+    home is out of SlurmUser's reach."""
     import subprocess
     import sys
     import warnings
 
+    python = python or sys.executable
     probe = subprocess.run(
-        ["runuser", "-u", "slurm", "--", sys.executable, "-c", "import clustermgr"],
+        ["runuser", "-u", "slurm", "--", python, "-c", "import clustermgr"],
         capture_output=True,
         timeout=30,
         check=False,
@@ -53,7 +55,7 @@ def slurm_user_for_hooks() -> str:
     if probe.returncode == 0:
         return "slurm"
     warnings.warn(
-        f"SlurmUser=slurm cannot run {sys.executable}; the hooks run as root instead "
+        f"SlurmUser=slurm cannot run {python}; the hooks run as root instead "
         "(build the virtualenv from /usr/bin/python3, as `make` does)",
         stacklevel=2,
     )

@@ -20,6 +20,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+import clustermgr
 from tests.labs.burstlab import BurstLab, BurstLabSpec
 
 JOB_TIMEOUT_S = 420
@@ -104,6 +105,8 @@ def main() -> int:
     if os.geteuid() != 0:
         say("run me as root (network namespaces, slurmctld)")
         return 2
+    # which installation runs: the checkout's (make demo) or a wheel's (test_installed_wheel)
+    say(f"clustermgr {clustermgr.__version__} from {Path(clustermgr.__file__).parent}")
     workdir = Path(tempfile.mkdtemp(prefix="clustermgr-demo-", dir="/tmp"))
     spec = BurstLabSpec(
         demand_mode="slurm", slurm_user=hook_user(), cluster="demo", subnet="10.213.9.0/24"
