@@ -14,6 +14,7 @@ import gzip
 import importlib.util
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -409,8 +410,17 @@ def test_the_demo_bursts_from_the_installed_wheel(installed: Installed, lab_dir:
         output, _ = demo.communicate(timeout=DEMO_TIMEOUT_S)
     except subprocess.TimeoutExpired:
         demo.send_signal(signal.SIGINT)  # the demo's `finally` stops its lab
-        output, _ = demo.communicate(timeout=180)
+        try:
+            output, _ = demo.communicate(timeout=180)
+        except subprocess.TimeoutExpired:
+            demo.kill()
+            output, _ = demo.communicate()
         pytest.fail(f"the demo ran over {DEMO_TIMEOUT_S} s:\n{output}")
+    workdir = re.search(
+        r"^demo: starting slurmctld and the local cloud in (/tmp/\S+)$", output, re.M
+    )
+    if workdir and not os.environ.get("CM_KEEP_LAB"):
+        shutil.rmtree(workdir[1], ignore_errors=True)  # the demo keeps it for its user
     first = output.splitlines()[0]
     assert first == f"demo: clustermgr {VERSION} from {installed.site_packages / 'clustermgr'}"
     assert demo.returncode == 0, output
