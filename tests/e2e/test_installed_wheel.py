@@ -14,6 +14,7 @@ import gzip
 import importlib.util
 import json
 import os
+import pwd
 import re
 import shutil
 import signal
@@ -319,11 +320,13 @@ def install_lab(installed: Installed, lab_dir: Path) -> Iterator[InstallLab]:
         fake.stop()
 
 
-def wait_for_request(spool: Path, kind: str, timeout_s: float = 30) -> None:
+def wait_for_request(spool: Path, kind: str, timeout_s: float = 30) -> str:
+    """The user who wrote the first `kind` request into the spool."""
     deadline = time.monotonic() + timeout_s
-    while not list(spool.glob(f"*-{kind}.json")):
+    while not (found := list(spool.glob(f"*-{kind}.json"))):
         assert time.monotonic() < deadline, f"no {kind} request reached {spool}"
         time.sleep(0.3)
+    return pwd.getpwuid(found[0].stat().st_uid).pw_name
 
 
 def test_the_readme_install_path_runs_from_the_installed_wheel(install_lab: InstallLab) -> None:
@@ -342,7 +345,7 @@ def test_the_readme_install_path_runs_from_the_installed_wheel(install_lab: Inst
 
     # Slurm allocates a powered-down node and runs the installed resume hook as SlurmUser
     job = lab.slurm.run("sbatch", "--parsable", "-p", "gpu", "--wrap", "hostname").stdout
-    wait_for_request(lab.spool, "resume")
+    assert wait_for_request(lab.spool, "resume") == lab.slurm.slurm_user
     assert "launched 1" in lab.ok("cm-scale", "--once")
     [instance] = lab.instances()
     assert instance["node"] == "aws-1" and lab.fake.calls().get("CreateFleet") == 1
