@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 from clustermgr.config import DirectorSettings, Settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Director, ImageReplica, LdapReplica
+from clustermgr.db.ownership import DIRECTOR_LAUNCH, Ownership, issue, known
 from clustermgr.directors.health import (
     DirectorHealth,
     DirectorInfo,
@@ -235,21 +236,38 @@ def orphan_directors(
     rows: Sequence[DirectorInfo],
     now: datetime,
     grace_s: float,
+    ownership: Ownership,
 ) -> dict[str, list[str]]:
     """Director instances (by tag) that no director row holds, by instance id or by the
-    request id of a launch in progress, older than the grace period: provider -> ids."""
+    request id of a launch in progress, older than the grace period, and that cm-scale
+    launched (`ownership`: a request id it issued or an instance id it recorded): provider
+    -> ids. One that only carries the tags is foreign: the scaling cycle reports it, nobody
+    terminates it."""
+    found: dict[str, list[str]] = {}
+    for provider, instance in unheld_directors(listings, rows):
+        if not ownership.ours(instance.instance_id, instance.request_id):
+            continue
+        if _age(now, instance.launch_time) >= grace_s:
+            found.setdefault(provider, []).append(instance.instance_id)
+    return found
+
+
+def unheld_directors(
+    listings: Mapping[str, Mapping[str, CloudInstance]], rows: Sequence[DirectorInfo]
+) -> list[tuple[str, CloudInstance]]:
+    """Live instances tagged as directors that no row holds (instance id, or the request id
+    of a launch in progress), in provider and id order."""
     held = {r.instance_id for r in rows if r.instance_id}
     requests = {r.request_id for r in rows if r.request_id and r.state is D.LAUNCHING}
-    found: dict[str, list[str]] = {}
-    for provider, listing in sorted(listings.items()):
-        for instance in sorted(listing.values(), key=lambda i: i.instance_id):
-            if not is_director(instance) or instance.state is InstanceState.TERMINATED:
-                continue
-            if instance.instance_id in held or instance.request_id in requests:
-                continue
-            if _age(now, instance.launch_time) >= grace_s:
-                found.setdefault(provider, []).append(instance.instance_id)
-    return found
+    return [
+        (provider, instance)
+        for provider, listing in sorted(listings.items())
+        for instance in sorted(listing.values(), key=lambda i: i.instance_id)
+        if is_director(instance)
+        and instance.state is not InstanceState.TERMINATED
+        and instance.instance_id not in held
+        and instance.request_id not in requests
+    ]
 
 
 @dataclass
@@ -301,7 +319,9 @@ class DirectorLifecycle:
                 report.errors.append(f"{info.name}: {exc}")
                 log.warning("director %s: %s", info.name, exc)
         grace = self.settings.daemon.orphan_grace_s
-        orphans = orphan_directors(listings, self._rows(report), self.clock(), grace)
+        rows = self._rows(report)
+        ownership = self._ownership(unheld_directors(listings, rows))
+        orphans = orphan_directors(listings, rows, self.clock(), grace, ownership)
         for provider, ids in orphans.items():
             try:
                 self.provider_of(provider).terminate(ids, new_request_id())
@@ -309,6 +329,13 @@ class DirectorLifecycle:
             except ClusterMgrError as exc:
                 report.errors.append(f"orphan director instances of {provider}: {exc}")
         return report
+
+    def _ownership(self, unheld: Sequence[tuple[str, CloudInstance]]) -> Ownership:
+        if not unheld:
+            return Ownership()
+        requests = {i.request_id for _, i in unheld if i.request_id}
+        with self.db.session() as session:
+            return known(session, requests, {i.instance_id for _, i in unheld})
 
     def _one(
         self,
@@ -460,6 +487,7 @@ class DirectorLifecycle:
         with self.db.session() as session:
             row = self._row(session, info)
             if request_id is not None:  # a new launch: its request id before any cloud call
+                issue(session, request_id, DIRECTOR_LAUNCH, info.provider, info.name, now)
                 row.request_id = request_id
                 row.instance_id = row.private_address = None
                 row.launched_at = now
