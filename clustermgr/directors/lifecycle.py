@@ -54,6 +54,12 @@ from clustermgr.directors.state import (
     region_of,
     transition,
 )
+from clustermgr.directors.strays import (
+    ROLE_DIRECTOR,
+    TAG_ROLE,
+    orphan_directors,
+    unheld_directors,
+)
 from clustermgr.directors.userdata import render_user_data
 from clustermgr.errors import ClusterMgrError, ProviderError
 from clustermgr.providers.base import CloudInstance, InstanceState, LaunchSpec, Provider
@@ -61,8 +67,6 @@ from clustermgr.reasons import Reason
 
 log = logging.getLogger(__name__)
 
-TAG_ROLE = "clustermgr-role"  # letters, digits and '-': valid on every cloud (base.py)
-ROLE_DIRECTOR = "director"
 GONE = frozenset({InstanceState.TERMINATED, InstanceState.ERROR, InstanceState.STOPPING})
 REPLICA_STALE = "stale"  # an image replica of a director's previous instance
 D = DirectorState
@@ -95,10 +99,6 @@ class Step:
     action: Action
     reason: str = ""
     instance: CloudInstance | None = None
-
-
-def is_director(instance: CloudInstance) -> bool:
-    return instance.tags.get(TAG_ROLE) == ROLE_DIRECTOR
 
 
 def new_request_id() -> str:
@@ -229,45 +229,6 @@ def cloud_facts(listing: Mapping[str, CloudInstance] | None, facts: DirectorInfo
             None,
         )
     return CloudFacts(True, instance, requested)
-
-
-def orphan_directors(
-    listings: Mapping[str, Mapping[str, CloudInstance]],
-    rows: Sequence[DirectorInfo],
-    now: datetime,
-    grace_s: float,
-    ownership: Ownership,
-) -> dict[str, list[str]]:
-    """Director instances (by tag) that no director row holds, by instance id or by the
-    request id of a launch in progress, older than the grace period, and that cm-scale
-    launched (`ownership`: a request id it issued or an instance id it recorded): provider
-    -> ids. One that only carries the tags is foreign: the scaling cycle reports it, nobody
-    terminates it."""
-    found: dict[str, list[str]] = {}
-    for provider, instance in unheld_directors(listings, rows):
-        if not ownership.ours(instance.instance_id, instance.request_id):
-            continue
-        if _age(now, instance.launch_time) >= grace_s:
-            found.setdefault(provider, []).append(instance.instance_id)
-    return found
-
-
-def unheld_directors(
-    listings: Mapping[str, Mapping[str, CloudInstance]], rows: Sequence[DirectorInfo]
-) -> list[tuple[str, CloudInstance]]:
-    """Live instances tagged as directors that no row holds (instance id, or the request id
-    of a launch in progress), in provider and id order."""
-    held = {r.instance_id for r in rows if r.instance_id}
-    requests = {r.request_id for r in rows if r.request_id and r.state is D.LAUNCHING}
-    return [
-        (provider, instance)
-        for provider, listing in sorted(listings.items())
-        for instance in sorted(listing.values(), key=lambda i: i.instance_id)
-        if is_director(instance)
-        and instance.state is not InstanceState.TERMINATED
-        and instance.instance_id not in held
-        and instance.request_id not in requests
-    ]
 
 
 @dataclass

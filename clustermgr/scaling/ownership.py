@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from clustermgr.db.ownership import Ownership
-from clustermgr.directors.lifecycle import TAG_ROLE
+from clustermgr.directors.strays import TAG_ROLE
 from clustermgr.providers.base import CloudInstance, InstanceState
 
 TAG_LIMIT = 128  # a tag value as stored and shown; longer ones are cut

@@ -25,12 +25,11 @@ from clustermgr.db.models import Director, Image, ImageReplica, Provider
 from clustermgr.db.ownership import DIRECTOR_LAUNCH, issue
 from clustermgr.directors.health import PortsAndReplicas, tcp_open
 from clustermgr.directors.lifecycle import (
-    ROLE_DIRECTOR,
-    TAG_ROLE,
     DirectorLifecycle,
     launch_spec,
 )
 from clustermgr.directors.state import DirectorState, ensure, find, transition
+from clustermgr.directors.strays import ROLE_DIRECTOR, TAG_ROLE
 from clustermgr.providers.base import InstanceState
 from clustermgr.providers.base import Provider as CloudProvider
 from clustermgr.providers.registry import make_provider

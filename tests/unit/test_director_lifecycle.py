@@ -12,18 +12,16 @@ from clustermgr.config import DirectorSettings, Settings, parse_settings
 from clustermgr.db.ownership import Ownership
 from clustermgr.directors.health import DirectorInfo, HealthResult
 from clustermgr.directors.lifecycle import (
-    ROLE_DIRECTOR,
-    TAG_ROLE,
     Action,
     CloudFacts,
     after_check,
     cloud_facts,
     decide,
     launch_spec,
-    orphan_directors,
     waiting_reason,
 )
 from clustermgr.directors.state import DirectorState
+from clustermgr.directors.strays import ROLE_DIRECTOR, TAG_ROLE, orphan_directors
 from clustermgr.errors import ConfigError
 from clustermgr.lifecycle import NodeState
 from clustermgr.policy.decision import Launch, ScaleDecision

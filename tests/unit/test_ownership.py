@@ -14,7 +14,7 @@ from sqlalchemy import select, text
 from clustermgr.db.engine import Database
 from clustermgr.db.models import ClusterEvent, ForeignInstance, LaunchRequest
 from clustermgr.db.ownership import Ownership
-from clustermgr.directors.lifecycle import ROLE_DIRECTOR, TAG_ROLE
+from clustermgr.directors.strays import ROLE_DIRECTOR, TAG_ROLE
 from clustermgr.inventory import sync_nodes
 from clustermgr.lifecycle import NodeState
 from clustermgr.providers.base import (
