@@ -84,6 +84,9 @@ class CycleReport:
             parts.append(f"registered {len(self.acted.registered)}")
         if self.provider_errors:
             parts.append(f"provider errors: {', '.join(sorted(self.provider_errors))}")
+        foreign = sum(len(f) for f in self.judgment.foreign.values()) if self.judgment else 0
+        if foreign:
+            parts.append(f"{foreign} foreign instances left alone (clustermgr status)")
         unfit = sum(len(f.jobs) for f in self.plan.jobs if f.status == "unfit") if self.plan else 0
         if unfit:
             parts.append(f"{unfit} pending jobs fit no template (clustermgr policy dry-run)")

@@ -172,6 +172,7 @@ def test_instances_that_only_carry_the_clusters_tags_are_reported_and_never_term
     assert {f["instance_id"]: f["since"] for f in first["foreign_instances"]} == {
         i: listed[i]["since"] for i in foreign
     }  # since when: the first sighting, not the last cycle
+    assert "2 foreign instances left alone" in first["daemon"]["last_cycle"], first["daemon"]
     table = lab.run("clustermgr", "status").stdout
     assert re.search(rf"FOREIGN aws1 {forged} \(template tag aws-a, request tag r-forged\)", table)
     assert f"FOREIGN aws1 {director} (template tag aws-a, request tag -, role tag director)" in (
