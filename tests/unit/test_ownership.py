@@ -247,3 +247,27 @@ def test_the_upgrade_records_the_request_ids_rows_hold_as_issued(tmp_path: Path)
     db.upgrade()
     assert ownership_of(db, listing(instance("i-1", "r-inflight"))).issued == {"r-inflight"}
     db.dispose()
+
+
+def test_the_metric_counts_foreign_instances_per_listed_provider() -> None:
+    from clustermgr.metrics import Metrics
+    from clustermgr.scaling.engine import CycleReport
+    from clustermgr.scaling.reconcile import Judgment
+
+    metrics = Metrics()
+    metrics.prime([("gpu", "aws1"), ("cpu", "os1")], [])
+    listed = listing(instance("i-1", "r-x"), instance("i-2", None))
+    found = sweep(listed, Ownership(), set(), frozenset(), NOW, 0).foreign
+
+    def gauge(provider: str) -> float | None:
+        labels = {"provider": provider}
+        return metrics.registry.get_sample_value("clustermgr_foreign_instances", labels)
+
+    assert (gauge("aws1"), gauge("os1")) == (0.0, 0.0)
+    metrics.observe_foreign(CycleReport(NOW, judgment=Judgment(foreign=found)))
+    assert (gauge("aws1"), gauge("os1")) == (2.0, 0.0)
+    unlisted = CycleReport(NOW, judgment=Judgment(), provider_errors={"aws1": "timeout"})
+    metrics.observe_foreign(unlisted)  # aws1 not listed: its count stands
+    assert (gauge("aws1"), gauge("os1")) == (2.0, 0.0)
+    metrics.observe_foreign(CycleReport(NOW, judgment=Judgment()))  # gone
+    assert gauge("aws1") == 0.0
