@@ -320,9 +320,14 @@ class Actor:
                     select(ForeignRow).where(ForeignRow.provider.in_(sorted(listed)))
                 )
             }
+            seen: set[tuple[str, str]] = set()
             for provider in sorted(listed):
                 for found in foreign.get(provider, ()):
-                    row = rows.pop((provider, found.instance_id), None)
+                    key = (provider, found.instance_id)
+                    if key in seen:  # two ids alike once escaped and cut: one row
+                        continue
+                    seen.add(key)
+                    row = rows.pop(key, None)
                     if row is None:
                         session.add(_foreign_row(found, now))
                         new.append(found)

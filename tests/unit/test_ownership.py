@@ -271,3 +271,14 @@ def test_the_metric_counts_foreign_instances_per_listed_provider() -> None:
     assert (gauge("aws1"), gauge("os1")) == (2.0, 0.0)
     metrics.observe_foreign(CycleReport(NOW, judgment=Judgment()))  # gone
     assert gauge("aws1") == 0.0
+
+
+def test_instance_ids_alike_once_escaped_and_cut_make_one_row_not_a_failed_cycle(
+    database: Database,
+) -> None:
+    long_a, long_b = "i-" + "x" * 130 + "a", "i-" + "x" * 130 + "b"
+    listed = listing(instance(long_a, "r-x"), instance(long_b, "r-y"))
+    found = sweep(listed, Ownership(), set(), frozenset(), NOW, 0).foreign
+    new, _ = actor(database, [NOW]).note_foreign(found, {"aws1"})
+    assert [f.instance_id for f in new] == ["i-" + "x" * 126]
+    assert len(events(database)) == 1
