@@ -58,6 +58,13 @@ class Metrics:
             ["template"],
             registry=r,
         )
+        self.foreign = Gauge(
+            "clustermgr_foreign_instances",
+            "Instances with the cluster's tags that cm-scale never launched (left alone)",
+            ["provider"],
+            registry=r,
+        )
+        self.foreign_providers: set[str] = set()  # the providers the foreign gauge shows
         self.leader = Gauge("clustermgr_leader", "1 when this daemon is the leader", registry=r)
         self.last_cycle = Gauge(
             "clustermgr_last_cycle_timestamp_seconds", "End of the last cycle", registry=r
@@ -69,6 +76,8 @@ class Metrics:
             self.launches.labels(template, provider).inc(0)
             self.protected.labels(template).set(0)
             self.terminations.labels(template, provider).inc(0)
+            self.foreign.labels(provider).set(0)
+            self.foreign_providers.add(provider)
         for kind in kinds:
             self.errors.labels(kind=kind).inc(0)
 
@@ -87,6 +96,7 @@ class Metrics:
         self.last_cycle.set_to_current_time()
         if report.error:
             self.errors.labels(kind="CYCLE").inc()
+        self.observe_foreign(report)
         view = report.view
         if view is None:
             return
@@ -109,6 +119,15 @@ class Metrics:
         self.power_saved.set(power_saved_kw(view))
         for template in view.templates.values():
             self.protected.labels(template.name).set(1 if template.protected else 0)
+
+    def observe_foreign(self, report: CycleReport) -> None:
+        """Foreign instances per provider listed this cycle (one not listed keeps its count)."""
+        judgment = report.judgment
+        if judgment is None:
+            return
+        self.foreign_providers.update(judgment.foreign)
+        for provider in sorted(self.foreign_providers - set(report.provider_errors)):
+            self.foreign.labels(provider).set(len(judgment.foreign.get(provider, ())))
 
     def observe_nodes(self, counts: Counter[tuple[str, str, str]]) -> None:
         self.nodes.clear()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from clustermgr.scaling.clamp import Plan
+from clustermgr.scaling.ownership import FOREIGN_VERDICT
 from clustermgr.scaling.reconcile import Judgment
 
 PLAN_KEYS = ("action", "target", "count", "market", "reason")
@@ -19,7 +20,8 @@ def job_list(jobs: tuple[str, ...]) -> str:
 
 def verdict_rows(judgment: Judgment) -> list[dict[str, Any]]:
     """What reconcile found, as the same rows: one per node verdict that changes something,
-    one per orphan sweep and per interrupted launch re-issued."""
+    one per orphan sweep, one per foreign instance (left alone) and per interrupted launch
+    re-issued."""
     rows: list[dict[str, Any]] = [
         {
             "action": f"verdict:{judged.verdict}",
@@ -40,6 +42,20 @@ def verdict_rows(judgment: Judgment) -> list[dict[str, Any]]:
             "reason": "terminate instances no node holds: " + ",".join(ids),
         }
         for provider, ids in sorted(judgment.orphans.items())
+    )
+    rows.extend(
+        {
+            "action": "verdict:foreign",
+            "target": found.provider,
+            "count": 1,
+            "market": None,
+            "reason": f"leave {found.instance_id} alone: {FOREIGN_VERDICT} "
+            f"(template tag {found.template or '-'}, request tag {found.request_id or '-'}"
+            + (f", role tag {found.role}" if found.role else "")
+            + ")",
+        }
+        for provider, instances in sorted(judgment.foreign.items())
+        for found in instances
     )
     rows.extend(
         {

@@ -24,7 +24,7 @@ def billing_of(settings: Settings, provider: str) -> BillingRule:
 def collect_status(app: AppContext) -> dict[str, Any]:
     from sqlalchemy import func, select
 
-    from clustermgr.db.models import DaemonStatus, InstanceRun, Node
+    from clustermgr.db.models import DaemonStatus, ForeignInstance, InstanceRun, Node
     from clustermgr.scaling.protection import template_health
 
     settings = app.settings()
@@ -65,6 +65,24 @@ def collect_status(app: AppContext) -> dict[str, Any]:
         ).one()
         open_runs = list(session.scalars(select(InstanceRun).where(InstanceRun.ended_at.is_(None))))
         health = template_health(session, settings, now)
+        foreign = [
+            {
+                "provider": row.provider,
+                "instance_id": row.instance_id,
+                "template_tag": row.template_tag,
+                "request_tag": row.request_tag,
+                "role_tag": row.role_tag,
+                "state": row.state,
+                "launched_at": row.launched_at,
+                "since": row.first_seen_at,
+                "last_seen": row.last_seen_at,
+            }
+            for row in session.scalars(
+                select(ForeignInstance).order_by(
+                    ForeignInstance.provider, ForeignInstance.instance_id
+                )
+            )
+        ]
         protected = {h.template: h.protected for h in health if h.protected is not None}
         backing_off = {h.template: h.backoff for h in health if h.backoff is not None}
     running_cost = sum(
@@ -84,6 +102,7 @@ def collect_status(app: AppContext) -> dict[str, Any]:
         "cost_total": round(float(runs[1] or 0.0) + running_cost, 4),
         "protected_templates": protected,
         "backing_off_templates": backing_off,
+        "foreign_instances": foreign,
         **({"onprem_power": power_saved(onprem, by_template)} if onprem else {}),
     }
 
@@ -149,6 +168,13 @@ def status(app: AppContext, as_json: bool) -> None:
         click.echo(f"{template}: PROTECTED {reason}")
     for template, reason in sorted(data["backing_off_templates"].items()):
         click.echo(f"{template}: BACKING OFF {reason}")
+    for found in data["foreign_instances"]:
+        click.echo(
+            f"FOREIGN {found['provider']} {found['instance_id']} (template tag "
+            f"{found['template_tag'] or '-'}, request tag {found['request_tag'] or '-'}"
+            + (f", role tag {found['role_tag']}" if found["role_tag"] else "")
+            + f") since {found['since']:%Y-%m-%d %H:%M:%S}: not launched by cm-scale, left alone"
+        )
     power = data.get("onprem_power")
     if power is not None:
         off = sum(t["powered_off"] for t in power["templates"].values())

@@ -23,7 +23,7 @@ from clustermgr.errors import ConfigError, DatabaseError, SchemaOutOfDateError
 
 # The newest migration's revision, checked without importing Alembic so the CLI and the
 # Slurm hooks start fast. tests/integration/test_database.py keeps it equal to the head.
-SCHEMA_HEAD = "0007"
+SCHEMA_HEAD = "0008_ownership"
 
 
 def migrations_dir() -> Path:

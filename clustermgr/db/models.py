@@ -375,3 +375,35 @@ class DaemonStatus(Base):
     pending_jobs: Mapped[int] = mapped_column(Integer, default=0)
     pending_gpus: Mapped[int] = mapped_column(Integer, default=0)
     hourly_cost: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class LaunchRequest(Base):
+    """A request id cm-scale issued, committed before the launch call that carries it (node
+    launches and director launches): the proof that an instance tagged with it is ours to
+    adopt or terminate. Tags alone prove nothing (anyone with the cloud account can set them)."""
+
+    __tablename__ = "launch_requests"
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    kind: Mapped[str] = mapped_column(String(16))  # "node" or "director"
+    provider: Mapped[str] = mapped_column(String(64))
+    owner: Mapped[str] = mapped_column(String(128))  # the template, or the director's name
+    issued_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class ForeignInstance(Base):
+    """An instance listed with this cluster's tags that cm-scale never launched (its request
+    id was never issued, its instance id never recorded): reported, never touched. The tag
+    values are the cloud's, stored escaped and cut to the column sizes."""
+
+    __tablename__ = "foreign_instances"
+    __table_args__ = (UniqueConstraint("provider", "instance_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    provider: Mapped[str] = mapped_column(String(64))
+    instance_id: Mapped[str] = mapped_column(String(128))
+    template_tag: Mapped[str] = mapped_column(String(128), default="")
+    request_tag: Mapped[str] = mapped_column(String(128), default="")
+    role_tag: Mapped[str] = mapped_column(String(64), default="")
+    state: Mapped[str] = mapped_column(String(16), default="")
+    launched_at: Mapped[datetime | None] = mapped_column()  # the cloud's launch time
+    first_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)

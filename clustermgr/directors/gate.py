@@ -1,6 +1,7 @@
 """What the scaling engine needs to know about directors each cycle, read in one go: which
 templates wait for their region's director (a `required` director that is not READY), and
-which instances director rows hold (never a node orphan)."""
+which instances director rows hold or are launching (never a node orphan: the director
+lifecycle adopts or cleans them up)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from clustermgr.providers.base import CloudInstance, InstanceState
 class DirectorGate:
     waiting: Mapping[str, str] = field(default_factory=dict)  # template -> (Code:DIRECTOR) ...
     instances: frozenset[str] = frozenset()  # instance ids director rows hold
+    requests: frozenset[str] = frozenset()  # request ids of director launches in progress
 
 
 def read_gate(
@@ -32,8 +34,6 @@ def read_gate(
     A director the database has READY whose instance that listing lacks, or shows not
     running, is waited for too: its death is news the director pass acts on only after
     this cycle's launches."""
-    if not settings.directors:
-        return DirectorGate()
     rows = {row.name: row for row in session.scalars(select(Director))}
     waiting: dict[str, str] = {}
     for spec in settings.directors:
@@ -50,7 +50,12 @@ def read_gate(
             if template.provider == spec.provider:
                 waiting[template.name] = waiting_reason(name, state)
     held = frozenset(r.instance_id for r in rows.values() if r.instance_id)
-    return DirectorGate(waiting, held)
+    launching = frozenset(
+        r.request_id
+        for r in rows.values()
+        if r.request_id and r.state == DirectorState.LAUNCHING.value
+    )
+    return DirectorGate(waiting, held, launching)
 
 
 def _gone(row: Director | None, listing: Mapping[str, CloudInstance] | None) -> bool:

@@ -38,6 +38,7 @@ from sqlalchemy.orm import Session
 from clustermgr.config import DirectorSettings, Settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Director, ImageReplica, LdapReplica
+from clustermgr.db.ownership import DIRECTOR_LAUNCH, Ownership, issue, known
 from clustermgr.directors.health import (
     DirectorHealth,
     DirectorInfo,
@@ -53,6 +54,12 @@ from clustermgr.directors.state import (
     region_of,
     transition,
 )
+from clustermgr.directors.strays import (
+    ROLE_DIRECTOR,
+    TAG_ROLE,
+    orphan_directors,
+    unheld_directors,
+)
 from clustermgr.directors.userdata import render_user_data
 from clustermgr.errors import ClusterMgrError, ProviderError
 from clustermgr.providers.base import CloudInstance, InstanceState, LaunchSpec, Provider
@@ -60,8 +67,6 @@ from clustermgr.reasons import Reason
 
 log = logging.getLogger(__name__)
 
-TAG_ROLE = "clustermgr-role"  # letters, digits and '-': valid on every cloud (base.py)
-ROLE_DIRECTOR = "director"
 GONE = frozenset({InstanceState.TERMINATED, InstanceState.ERROR, InstanceState.STOPPING})
 REPLICA_STALE = "stale"  # an image replica of a director's previous instance
 D = DirectorState
@@ -94,10 +99,6 @@ class Step:
     action: Action
     reason: str = ""
     instance: CloudInstance | None = None
-
-
-def is_director(instance: CloudInstance) -> bool:
-    return instance.tags.get(TAG_ROLE) == ROLE_DIRECTOR
 
 
 def new_request_id() -> str:
@@ -230,28 +231,6 @@ def cloud_facts(listing: Mapping[str, CloudInstance] | None, facts: DirectorInfo
     return CloudFacts(True, instance, requested)
 
 
-def orphan_directors(
-    listings: Mapping[str, Mapping[str, CloudInstance]],
-    rows: Sequence[DirectorInfo],
-    now: datetime,
-    grace_s: float,
-) -> dict[str, list[str]]:
-    """Director instances (by tag) that no director row holds, by instance id or by the
-    request id of a launch in progress, older than the grace period: provider -> ids."""
-    held = {r.instance_id for r in rows if r.instance_id}
-    requests = {r.request_id for r in rows if r.request_id and r.state is D.LAUNCHING}
-    found: dict[str, list[str]] = {}
-    for provider, listing in sorted(listings.items()):
-        for instance in sorted(listing.values(), key=lambda i: i.instance_id):
-            if not is_director(instance) or instance.state is InstanceState.TERMINATED:
-                continue
-            if instance.instance_id in held or instance.request_id in requests:
-                continue
-            if _age(now, instance.launch_time) >= grace_s:
-                found.setdefault(provider, []).append(instance.instance_id)
-    return found
-
-
 @dataclass
 class PassReport:
     moves: list[str] = field(default_factory=list)  # "NAME: old -> new (reason)"
@@ -301,7 +280,9 @@ class DirectorLifecycle:
                 report.errors.append(f"{info.name}: {exc}")
                 log.warning("director %s: %s", info.name, exc)
         grace = self.settings.daemon.orphan_grace_s
-        orphans = orphan_directors(listings, self._rows(report), self.clock(), grace)
+        rows = self._rows(report)
+        ownership = self._ownership(unheld_directors(listings, rows))
+        orphans = orphan_directors(listings, rows, self.clock(), grace, ownership)
         for provider, ids in orphans.items():
             try:
                 self.provider_of(provider).terminate(ids, new_request_id())
@@ -309,6 +290,13 @@ class DirectorLifecycle:
             except ClusterMgrError as exc:
                 report.errors.append(f"orphan director instances of {provider}: {exc}")
         return report
+
+    def _ownership(self, unheld: Sequence[tuple[str, CloudInstance]]) -> Ownership:
+        if not unheld:
+            return Ownership()
+        requests = {i.request_id for _, i in unheld if i.request_id}
+        with self.db.session() as session:
+            return known(session, requests, {i.instance_id for _, i in unheld})
 
     def _one(
         self,
@@ -460,6 +448,7 @@ class DirectorLifecycle:
         with self.db.session() as session:
             row = self._row(session, info)
             if request_id is not None:  # a new launch: its request id before any cloud call
+                issue(session, request_id, DIRECTOR_LAUNCH, info.provider, info.name, now)
                 row.request_id = request_id
                 row.instance_id = row.private_address = None
                 row.launched_at = now

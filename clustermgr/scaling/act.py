@@ -19,6 +19,7 @@ from clustermgr.reasons import HOLD_PREFIX, HOLD_REASON, REFUSED, Reason
 from clustermgr.scaling.actor import Actor
 from clustermgr.scaling.clamp import LaunchOrder, Plan, StopOrder, new_request_id
 from clustermgr.scaling.observe import Snapshot
+from clustermgr.scaling.ownership import FOREIGN_VERDICT
 from clustermgr.scaling.reconcile import Judgment
 from clustermgr.scaling.verdicts import FAILING, Judged, SlurmSeen, Verdict
 from clustermgr.workload.hooks import HookRequest, consume
@@ -80,6 +81,12 @@ def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: A
     out.orphans_terminated = actor.terminate_orphans(judgment.orphans)
     if out.orphans_terminated:
         record(actor, "orphan", "terminated " + ",".join(out.orphans_terminated))
+    listed = set(snapshot.instances) - actor.onprem
+    new, gone = actor.note_foreign(judgment.foreign, listed)
+    for found in new:
+        log.warning("foreign instance %s: %s", found.describe(), FOREIGN_VERDICT)
+    for name in gone:
+        log.info("foreign instance %s is no longer listed as foreign", name)
     actor.set_down(judgment.faults)
     for node, fault in sorted(judgment.faults.items()):
         record(actor, "fault", f"{node} set DOWN in Slurm: {fault}")

@@ -20,7 +20,9 @@ from sqlalchemy.orm import Session
 from clustermgr.bootstrap import render_user_data
 from clustermgr.config import Settings
 from clustermgr.db.engine import Database
-from clustermgr.db.models import InstanceRun, Node
+from clustermgr.db.models import ClusterEvent, InstanceRun, Node
+from clustermgr.db.models import ForeignInstance as ForeignRow
+from clustermgr.db.ownership import NODE_LAUNCH, issue
 from clustermgr.errors import ErrorKind, ProviderError, WorkloadError
 from clustermgr.lifecycle import NodeState, transition
 from clustermgr.pricing import BillingRule, price_of
@@ -28,6 +30,7 @@ from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Pr
 from clustermgr.reasons import HOLD_REASON
 from clustermgr.scaling.clamp import LaunchOrder, StopOrder
 from clustermgr.scaling.onprem import onprem_providers, power_off_blocked
+from clustermgr.scaling.ownership import FOREIGN_VERDICT, ForeignInstance
 from clustermgr.workload.base import Workload, WorkloadNode
 
 log = logging.getLogger(__name__)
@@ -71,9 +74,12 @@ class Actor:
     # --- launching ------------------------------------------------------------------------
 
     def begin_launch(self, order: LaunchOrder) -> None:
-        """Record the intent (LAUNCHING + request id) before any cloud call."""
+        """Record the intent (LAUNCHING + request id) before any cloud call, and the request
+        id as issued: only an instance carrying an issued id is ever adopted or terminated."""
         now = self.clock()
+        provider = self.settings.template(order.template).provider
         with self.db.session() as session:
+            issue(session, order.request_id, NODE_LAUNCH, provider, order.template, now)
             for node in self._nodes(session, order.nodes):
                 transition(node, NodeState.LAUNCHING, order.reason, self.actor, now=now)
                 node.request_id = order.request_id
@@ -297,6 +303,49 @@ class Actor:
             done.extend(sorted(self._terminate([(provider_name, i) for i in ids], "orphan")))
         return done
 
+    def note_foreign(
+        self, foreign: Mapping[str, Sequence[ForeignInstance]], listed: Collection[str]
+    ) -> tuple[list[ForeignInstance], list[str]]:
+        """Keep the foreign_instances table equal to this cycle's finding for the providers
+        it `listed` (the others keep their rows until they are listed again): new ones are
+        added with the time first seen, and an event is recorded once when one appears and
+        once when it is gone (or proven ours). Returns (the new ones, the gone ones)."""
+        now = self.clock()
+        new: list[ForeignInstance] = []
+        gone: list[str] = []
+        with self.db.session() as session:
+            rows = {
+                (row.provider, row.instance_id): row
+                for row in session.scalars(
+                    select(ForeignRow).where(ForeignRow.provider.in_(sorted(listed)))
+                )
+            }
+            seen: set[tuple[str, str]] = set()
+            for provider in sorted(listed):
+                for found in foreign.get(provider, ()):
+                    key = (provider, found.instance_id)
+                    if key in seen:  # two ids alike once escaped and cut: one row
+                        continue
+                    seen.add(key)
+                    row = rows.pop(key, None)
+                    if row is None:
+                        session.add(_foreign_row(found, now))
+                        new.append(found)
+                        why = f"foreign instance {found.describe()}: {FOREIGN_VERDICT}"
+                        session.add(
+                            ClusterEvent(at=now, kind="foreign", source=self.actor, message=why)
+                        )
+                    else:
+                        row.state, row.last_seen_at = found.state, now
+            for (provider, instance_id), row in sorted(rows.items()):
+                session.delete(row)
+                gone.append(f"{provider} {instance_id}")
+                message = f"foreign instance {provider} {instance_id} no longer listed as foreign"
+                session.add(
+                    ClusterEvent(at=now, kind="foreign", source=self.actor, message=message)
+                )
+        return new, gone
+
     def power_off(self, nodes: Mapping[str, Sequence[str]], why: str) -> list[str]:
         """Switch off on-prem nodes no row holds on (provider -> node names), through the
         same safety check as every power-off."""
@@ -420,6 +469,20 @@ def release_instance(session: Session, node: Node, now: datetime, billing: Billi
     node.private_address = None
     node.request_id = None
     node.idle_since = None
+
+
+def _foreign_row(found: ForeignInstance, now: datetime) -> ForeignRow:
+    return ForeignRow(
+        provider=found.provider,
+        instance_id=found.instance_id,
+        template_tag=found.template,
+        request_tag=found.request_id,
+        role_tag=found.role,
+        state=found.state,
+        launched_at=found.launched_at,
+        first_seen_at=now,
+        last_seen_at=now,
+    )
 
 
 def _group(reasons: Mapping[str, str]) -> dict[str, list[str]]:

@@ -31,7 +31,14 @@ from clustermgr.scaling.accounting import account_jobs
 from clustermgr.scaling.actor import Actor
 from clustermgr.scaling.clamp import Plan, clamp
 from clustermgr.scaling.directors import providers_in_demand, waiting_summary, with_waits
-from clustermgr.scaling.observe import Snapshot, month_spend, read_nodes, recent_failures
+from clustermgr.scaling.observe import (
+    Snapshot,
+    month_spend,
+    read_nodes,
+    read_ownership,
+    recent_failures,
+)
+from clustermgr.scaling.onprem import onprem_providers
 from clustermgr.scaling.projection import build_view
 from clustermgr.scaling.protection import template_health
 from clustermgr.scaling.reconcile import Judgment, reconcile
@@ -77,6 +84,9 @@ class CycleReport:
             parts.append(f"registered {len(self.acted.registered)}")
         if self.provider_errors:
             parts.append(f"provider errors: {', '.join(sorted(self.provider_errors))}")
+        foreign = sum(len(f) for f in self.judgment.foreign.values()) if self.judgment else 0
+        if foreign:
+            parts.append(f"{foreign} foreign instances left alone (clustermgr status)")
         unfit = sum(len(f.jobs) for f in self.plan.jobs if f.status == "unfit") if self.plan else 0
         if unfit:
             parts.append(f"{unfit} pending jobs fit no template (clustermgr policy dry-run)")
@@ -153,6 +163,9 @@ class Engine:
             spend = month_spend(session, now)
             health = template_health(session, self.settings, now)
             gate = read_gate(session, self.settings, instances)
+            held = {r.instance_id for r in nodes.values() if r.instance_id} | gate.instances
+            skip = onprem_providers(self.settings)
+            ownership = read_ownership(session, instances, held, gate.requests, skip)
         return Snapshot(
             now=now,
             workload=workload,
@@ -165,6 +178,8 @@ class Engine:
             protected={h.template: h.blocked for h in health if h.blocked},
             director_waits=gate.waiting,
             director_instances=gate.instances,
+            director_requests=gate.requests,
+            ownership=ownership,
         )
 
     def _cycle(self, report: CycleReport, dry_run: bool, decide: bool) -> None:

@@ -16,9 +16,11 @@ from sqlalchemy.orm import Session
 
 from clustermgr.config import Settings, slurm_features
 from clustermgr.db.models import InstanceRun, Node, NodeEvent
+from clustermgr.db.ownership import Ownership, known
 from clustermgr.lifecycle import NodeState
 from clustermgr.policy.view import LaunchFailure, TemplateView
 from clustermgr.providers.base import CloudInstance
+from clustermgr.scaling.ownership import unheld
 from clustermgr.workload.base import WorkloadSnapshot
 from clustermgr.workload.hooks import HookRequest
 
@@ -60,6 +62,9 @@ class Snapshot:
     # template -> (Code:DIRECTOR) reason while its region's required director is not READY
     director_waits: Mapping[str, str] = field(default_factory=dict)
     director_instances: frozenset[str] = frozenset()  # instance ids director rows hold
+    director_requests: frozenset[str] = frozenset()  # request ids of director launches
+    # what the database proves cm-scale launched, of the listed instances no row holds
+    ownership: Ownership = field(default_factory=Ownership)
 
 
 def read_nodes(session: Session) -> dict[str, NodeRecord]:
@@ -142,3 +147,20 @@ def month_spend(session: Session, now: datetime) -> float:
         select(func.coalesce(func.sum(InstanceRun.cost), 0.0)).where(InstanceRun.ended_at >= start)
     )
     return float(total or 0.0)
+
+
+def read_ownership(
+    session: Session,
+    instances: Mapping[str, Mapping[str, CloudInstance]],
+    held: set[str],
+    held_requests: frozenset[str],
+    skip: frozenset[str],
+) -> Ownership:
+    """What the database knows of the listed instances no row holds (their request ids and
+    instance ids only). Read after the listing: an instance listed was launched before, so
+    its request id was committed before this read."""
+    candidates = [i for _, i in unheld(instances, held, held_requests, skip)]
+    if not candidates:
+        return Ownership()
+    requests = {i.request_id for i in candidates if i.request_id}
+    return known(session, requests, {i.instance_id for i in candidates})

@@ -1,8 +1,9 @@
 """Reconcile: judge every node from the one snapshot. Pure: no writes, no calls.
 
 Per cloud node a verdict from the table in verdicts.py, then Slurm's hook requests
-(resume, suspend, resume-fail) on top, then the instances no node holds (orphans). The act
-phase carries the judgment out; a dry run prints it.
+(resume, suspend, resume-fail) on top, then the instances no node holds: orphans when the
+database proves cm-scale launched them, foreign otherwise (ownership.py). The act phase
+carries the judgment out; a dry run prints it.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from clustermgr.config import Settings, TemplateSettings
-from clustermgr.directors.lifecycle import is_director
 from clustermgr.lifecycle import NodeState
 from clustermgr.providers.base import TAG_NODE, CloudInstance, InstanceState
 from clustermgr.reasons import BOOT_TIMEOUT, POWER, RESUME_TIMEOUT, VANISHED, Reason
 from clustermgr.scaling.observe import NodeRecord, Snapshot
 from clustermgr.scaling.onprem import BUSY_STATES, onprem_providers
+from clustermgr.scaling.ownership import ForeignInstance, sweep
 from clustermgr.scaling.verdicts import (
     FAILING,
     FINISHING,
@@ -52,6 +53,8 @@ class Judgment:
     resume_requests: dict[str, tuple[str, ...]] = field(default_factory=dict)  # node -> jobs
     relaunch: dict[str, list[str]] = field(default_factory=dict)  # request id -> nodes
     orphans: dict[str, list[str]] = field(default_factory=dict)  # provider -> instance ids
+    # provider -> instances with the cluster's tags cm-scale never launched: left alone
+    foreign: dict[str, list[ForeignInstance]] = field(default_factory=dict)
     strays: dict[str, list[str]] = field(default_factory=dict)  # on-prem provider -> nodes
     faults: dict[str, str] = field(default_factory=dict)  # on-prem node -> its BMC's fault
     requests: list[HookRequest] = field(default_factory=list)
@@ -98,9 +101,18 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
     _hook_verdicts(judgment, snapshot, {n for n, policy in conditions.modes.items() if policy})
     for judged in judgment.having(Verdict.RESUME):
         judgment.resume_requests.setdefault(judged.node, ())
-    inflight = set(judgment.relaunch)
     bound |= snapshot.director_instances  # a director's instance is the directors' business
-    judgment.orphans = orphans(snapshot, bound, inflight, orphan_grace_s, onprem)
+    accounted = frozenset(judgment.relaunch) | snapshot.director_requests
+    found = sweep(
+        snapshot.instances,
+        snapshot.ownership,
+        bound,
+        accounted,
+        snapshot.now,
+        orphan_grace_s,
+        onprem,
+    )
+    judgment.orphans, judgment.foreign = found.orphans, found.foreign
     judgment.strays = on_while_powered_down(snapshot, onprem)
     judgment.faults = bmc_faults(snapshot, onprem)
     return judgment
@@ -352,36 +364,6 @@ def waiting_instance(
         ):
             return instance
     return None
-
-
-def orphans(
-    snapshot: Snapshot,
-    bound: set[str],
-    inflight: set[str],
-    grace_s: float,
-    onprem: frozenset[str] = frozenset(),
-) -> dict[str, list[str]]:
-    """Instances tagged as ours that no node holds, older than the grace period (an unbound
-    instance in ERROR is junk that may still cost money; one being relaunched is not).
-    Director instances (tagged so) are never node orphans: the director lifecycle owns them.
-    An on-prem provider lists every node its BMCs power, held by a row or not (a node kept
-    on, one an admin switched on): never an orphan, never powered off as one."""
-    found: dict[str, list[str]] = {}
-    for provider, listing in sorted(snapshot.instances.items()):
-        if provider in onprem:
-            continue
-        for instance in listing.values():
-            if instance.instance_id in bound or instance.state is InstanceState.TERMINATED:
-                continue
-            if is_director(instance):
-                continue
-            if instance.request_id in inflight:
-                continue
-            launched = instance.launch_time
-            age = (snapshot.now - launched).total_seconds() if launched else 0.0
-            if age >= grace_s:
-                found.setdefault(provider, []).append(instance.instance_id)
-    return found
 
 
 __all__ = ["CloudSeen", "Judgment", "SlurmSeen", "reconcile"]

@@ -22,14 +22,14 @@ import pytest
 from clustermgr.config import Settings, parse_settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Director, Image, ImageReplica, Provider
+from clustermgr.db.ownership import DIRECTOR_LAUNCH, issue
 from clustermgr.directors.health import PortsAndReplicas, tcp_open
 from clustermgr.directors.lifecycle import (
-    ROLE_DIRECTOR,
-    TAG_ROLE,
     DirectorLifecycle,
     launch_spec,
 )
 from clustermgr.directors.state import DirectorState, ensure, find, transition
+from clustermgr.directors.strays import ROLE_DIRECTOR, TAG_ROLE
 from clustermgr.providers.base import InstanceState
 from clustermgr.providers.base import Provider as CloudProvider
 from clustermgr.providers.registry import make_provider
@@ -258,6 +258,7 @@ def crash_after_the_launch_call(world: World, request_id: str, call: bool) -> No
     with world.db.session() as session:
         row = ensure(session, "aws-east", world.harness.fake.region, actor="test", now=world.now)
         transition(row, D.LAUNCHING, "burst demand", "test", now=world.now)
+        issue(session, request_id, DIRECTOR_LAUNCH, "aws-east", NAME, world.now)
         row.request_id = request_id
         row.launched_at = world.now
     if call:
@@ -284,12 +285,20 @@ def test_a_crash_before_the_cloud_answered_reissues_the_same_request(world: Worl
     assert list(world.directors()) == [launched.instance_id]
 
 
-def test_director_instances_no_row_holds_are_terminated(world: World) -> None:
+def test_director_instances_no_row_holds_are_terminated_when_cm_scale_launched_them(
+    world: World,
+) -> None:
+    """A stray of ours (its request id issued, the row long past it) is terminated; one
+    launched with the director tags by someone else with the account's keys is left alone."""
+    with world.db.session() as session:
+        issue(session, "d-stray", DIRECTOR_LAUNCH, "aws-east", NAME, world.now)
     spec = launch_spec(world.settings.directors[0], NAME)
     stray = world.provider.launch(spec, 1, "d-stray").instances[0].instance_id
+    forged = world.provider.launch(spec, 1, "d-forged").instances[0].instance_id
+    assert world.alive() == sorted([stray, forged])
     world.now += timedelta(seconds=5)  # past the grace period (0 s here)
     world.run(demand=False)
-    assert stray not in world.alive() and world.alive() == []
+    assert world.alive() == [forged]
 
 
 def test_the_cli_lists_and_shows_directors(world: World) -> None:

@@ -9,20 +9,19 @@ from typing import Any
 import pytest
 
 from clustermgr.config import DirectorSettings, Settings, parse_settings
+from clustermgr.db.ownership import Ownership
 from clustermgr.directors.health import DirectorInfo, HealthResult
 from clustermgr.directors.lifecycle import (
-    ROLE_DIRECTOR,
-    TAG_ROLE,
     Action,
     CloudFacts,
     after_check,
     cloud_facts,
     decide,
     launch_spec,
-    orphan_directors,
     waiting_reason,
 )
 from clustermgr.directors.state import DirectorState
+from clustermgr.directors.strays import ROLE_DIRECTOR, TAG_ROLE, orphan_directors
 from clustermgr.errors import ConfigError
 from clustermgr.lifecycle import NodeState
 from clustermgr.policy.decision import Launch, ScaleDecision
@@ -31,7 +30,7 @@ from clustermgr.providers.base import TAG_REQUEST, CloudInstance, InstanceState
 from clustermgr.scaling.clamp import clamp
 from clustermgr.scaling.directors import providers_in_demand, waiting_summary, with_waits
 from clustermgr.scaling.observe import Snapshot, template_views
-from clustermgr.scaling.reconcile import orphans
+from clustermgr.scaling.reconcile import reconcile
 from clustermgr.workload.base import PendingJob, WorkloadNode, WorkloadSnapshot
 
 pytestmark = pytest.mark.unit
@@ -291,13 +290,32 @@ def test_director_instances_no_row_holds_are_orphans_after_the_grace_period() ->
             instance("i-node", request="r-1", director=False, age_s=900),
         )
     }
-    assert orphan_directors(listings, rows, NOW, 300) == {"aws-east": ["i-stray"]}
+    ours = Ownership(issued=frozenset({"d-old", "d-now", "r-1"}))
+    assert orphan_directors(listings, rows, NOW, 300, ours) == {"aws-east": ["i-stray"]}
 
 
-def test_the_node_orphan_sweep_leaves_director_instances_alone() -> None:
+def test_a_director_tag_on_an_instance_cm_scale_never_launched_gets_it_terminated_by_nobody() -> (
+    None
+):
+    """The tag is anyone's to set: a director instance is cleaned up only when its request
+    id was issued (or its instance id recorded) by this cluster's database."""
+    listings = {
+        "aws-east": seen(
+            instance("i-forged", request="d-forged", age_s=900),
+            instance("i-untagged-request", request="", age_s=900),
+            instance("i-recorded", request="d-gone", age_s=900),
+        )
+    }
+    ours = Ownership(recorded=frozenset({"i-recorded"}))
+    assert orphan_directors(listings, [], NOW, 300, ours) == {"aws-east": ["i-recorded"]}
+
+
+def test_the_node_sweep_leaves_what_director_rows_hold_and_judges_the_tag_alone_like_any() -> None:
     listing = seen(
-        instance("i-tagged", request="d-1", age_s=900),
         instance("i-row", request="d-2", director=False, age_s=900),
+        instance("i-launching", request="d-3", age_s=900),
+        instance("i-ours", request="d-1", age_s=900),
+        instance("i-forged", request="d-forged", age_s=900),
         instance("i-node", request="r-1", director=False, age_s=900),
     )
     snapshot = Snapshot(
@@ -306,11 +324,14 @@ def test_the_node_orphan_sweep_leaves_director_instances_alone() -> None:
         nodes={},
         instances={"aws-east": listing},
         director_instances=frozenset({"i-row"}),
+        director_requests=frozenset({"d-3"}),
+        ownership=Ownership(issued=frozenset({"d-1", "d-2", "d-3", "r-1"})),
     )
-    # reconcile adds the rows' instances to `bound`; the tag alone is enough too
-    assert orphans(snapshot, set(snapshot.director_instances), set(), 300) == {
-        "aws-east": ["i-node"]
-    }
+    found = reconcile(SETTINGS, snapshot, 300)
+    # held by a row (instance id, or a launch in progress): the director lifecycle's
+    assert found.orphans == {"aws-east": ["i-node", "i-ours"]}
+    assert [f.instance_id for f in found.foreign["aws-east"]] == ["i-forged"]
+    assert found.foreign["aws-east"][0].role == ROLE_DIRECTOR
 
 
 # --- the engine gate ----------------------------------------------------------------------

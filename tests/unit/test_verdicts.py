@@ -4,12 +4,14 @@ what it says, and the reconciler builds the axes from real snapshots the same wa
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
 from clustermgr.config import parse_settings
+from clustermgr.db.ownership import Ownership
 from clustermgr.lifecycle import NodeState
 from clustermgr.providers.base import TAG_NODE, TAG_REQUEST, CloudInstance, InstanceState
 from clustermgr.scaling.observe import NodeRecord, Snapshot
@@ -299,12 +301,14 @@ def test_hook_requests_override_the_table_but_not_a_failure() -> None:
     assert found.verdicts["g2"].reason.startswith("(Code:VANISHED) instance i-gone is gone")
 
 
-def test_unbound_instances_past_the_grace_period_are_orphans() -> None:
+def test_unbound_instances_of_an_issued_request_past_the_grace_period_are_orphans() -> None:
     idle = record("g1", NodeState.POWERED_DOWN)
-    found = reconcile(SETTINGS, snapshot([idle], [instance("i-9", "g1", "old")], []), 30)
-    assert found.orphans == {"aws1": ["i-9"]}
-    young = reconcile(SETTINGS, snapshot([idle], [instance("i-9", "g1", "old")], []), 60)
-    assert young.orphans == {}
+    base = snapshot([idle], [instance("i-9", "g1", "old")], [])
+    ours = replace(base, ownership=Ownership(issued=frozenset({"old"})))
+    found = reconcile(SETTINGS, ours, 30)
+    assert found.orphans == {"aws1": ["i-9"]} and found.foreign == {}
+    young = reconcile(SETTINGS, ours, 60)
+    assert young.orphans == {} and young.foreign == {}
 
 
 def test_an_instance_a_retired_slot_still_holds_is_no_orphan() -> None:
