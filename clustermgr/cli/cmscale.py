@@ -35,12 +35,10 @@ def cm_scale(
 ) -> None:
     """Scale the cluster's cloud nodes with the configured policies."""
     from clustermgr.cli.context import AppContext
+    from clustermgr.logsafe import configure
     from clustermgr.scaling.engine import Engine
 
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure(logging.DEBUG if debug else logging.INFO)
     if not debug:  # the SDKs log every HTTP request (and APScheduler every run) at INFO
         for chatty in SDK_LOGGERS:
             logging.getLogger(chatty).setLevel(logging.WARNING)

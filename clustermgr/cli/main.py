@@ -68,10 +68,9 @@ class LazyGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None, db_url: str | None, debug: bool) -> None:
     """Manage a Slurm cluster that bursts into AWS, Azure and OpenStack."""
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from clustermgr.logsafe import configure
+
+    configure(logging.DEBUG if debug else logging.WARNING)
     ctx.obj = AppContext(config_path=config_path, db_url=db_url, debug=debug)
     ctx.call_on_close(ctx.obj.close)
 

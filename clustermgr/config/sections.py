@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from clustermgr.config.base import NAME_PATTERN, StrictModel
+from clustermgr.config.base import NAME_PATTERN, StrictModel, slurm_conf_path, slurm_name
 from clustermgr.errors import ConfigError
 
 
@@ -30,6 +30,16 @@ class SlurmSettings(StrictModel):
     conf_server: str = ""  # HOST[:PORT] burst nodes fetch slurm.conf from; default head_address
     munge_key_path: str = "/etc/munge/munge.key"
     hook_path: Path = Path("/usr/local/bin/clustermgr")
+
+    @field_validator("onprem_partitions")
+    @classmethod
+    def _partitions(cls, partitions: list[str]) -> list[str]:
+        return [slurm_name(partition) for partition in partitions]
+
+    @field_validator("hook_path")
+    @classmethod
+    def _hook_path(cls, path: Path) -> Path:
+        return slurm_conf_path(path)
 
 
 class PolicyRef(StrictModel):

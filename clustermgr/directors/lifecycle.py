@@ -55,6 +55,7 @@ from clustermgr.directors.state import (
 )
 from clustermgr.directors.userdata import render_user_data
 from clustermgr.errors import ClusterMgrError, ProviderError
+from clustermgr.inputs import usable_address
 from clustermgr.providers.base import CloudInstance, InstanceState, LaunchSpec, Provider
 from clustermgr.reasons import Reason
 
@@ -560,7 +561,7 @@ def info_of(row: Director, provider: str, region: str) -> DirectorInfo:
         state_since=row.state_since,
         instance_id=row.instance_id,
         request_id=row.request_id,
-        private_address=row.private_address,
+        private_address=usable_address(row.private_address, f"director {row.name}"),
         launched_at=row.launched_at,
         healthy_at=row.healthy_at,
         idle_since=row.idle_since,

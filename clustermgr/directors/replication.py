@@ -48,6 +48,7 @@ from clustermgr.directors.manifest import (
 )
 from clustermgr.directors.state import DirectorState, find
 from clustermgr.errors import ClusterMgrError, NotFoundError
+from clustermgr.inputs import usable_address
 
 SYNCED_STATES = frozenset({DirectorState.SYNCING, DirectorState.READY, DirectorState.UNHEALTHY})
 
@@ -133,9 +134,9 @@ def target_for(images: ImagesSettings, director: Director) -> SyncTarget | None:
     explicit = images.targets.get(director.name)
     if explicit:
         return SyncTarget(director.name, explicit)
-    if not director.private_address:
+    host = usable_address(director.private_address, f"director {director.name}")
+    if host is None:
         return None
-    host = director.private_address
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"  # IPv6
     return SyncTarget(director.name, f"rsync://{host}:{images.rsync_port}/{images.rsync_module}")

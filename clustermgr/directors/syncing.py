@@ -33,6 +33,7 @@ from clustermgr.directors import keypush, replication
 from clustermgr.directors.health import DirectorInfo
 from clustermgr.directors.state import DirectorState
 from clustermgr.errors import ClusterMgrError
+from clustermgr.inputs import usable_address
 
 if TYPE_CHECKING:
     from clustermgr.directors import ldap_sync
@@ -151,11 +152,9 @@ class DirectorSync:
 
         with self.db.session() as session:
             rows = session.scalars(select(Director).order_by(Director.name)).all()
-            return [
-                ldap_sync.DirectorTarget(row.id, row.name, row.private_address)
-                for row in rows
-                if row.private_address and DirectorState(row.state) in replication.SYNCED_STATES
-            ]
+            serving = (r for r in rows if DirectorState(r.state) in replication.SYNCED_STATES)
+            found = ((r, usable_address(r.private_address, f"director {r.name}")) for r in serving)
+            return [ldap_sync.DirectorTarget(r.id, r.name, a) for r, a in found if a]
 
     def _images(
         self,

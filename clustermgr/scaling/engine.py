@@ -148,7 +148,7 @@ class Engine:
         instances = self._list_instances(report)
         now = self.clock()
         with self.db.session() as session:
-            nodes = read_nodes(session)
+            rows = read_nodes(session)
             failures = recent_failures(session, now)
             spend = month_spend(session, now)
             health = template_health(session, self.settings, now)
@@ -156,7 +156,7 @@ class Engine:
         return Snapshot(
             now=now,
             workload=workload,
-            nodes=nodes,
+            nodes=rows.records,
             instances=instances,
             provider_errors=dict(report.provider_errors),
             requests=read_requests(self.spool),
@@ -165,6 +165,7 @@ class Engine:
             protected={h.template: h.blocked for h in health if h.blocked},
             director_waits=gate.waiting,
             director_instances=gate.instances,
+            unreadable_instances=rows.unreadable_instances,
         )
 
     def _cycle(self, report: CycleReport, dry_run: bool, decide: bool) -> None:

@@ -100,6 +100,7 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
         judgment.resume_requests.setdefault(judged.node, ())
     inflight = set(judgment.relaunch)
     bound |= snapshot.director_instances  # a director's instance is the directors' business
+    bound |= snapshot.unreadable_instances  # its row is unreadable, not gone
     judgment.orphans = orphans(snapshot, bound, inflight, orphan_grace_s, onprem)
     judgment.strays = on_while_powered_down(snapshot, onprem)
     judgment.faults = bmc_faults(snapshot, onprem)
