@@ -10,6 +10,7 @@ import click
 
 from clustermgr import __version__
 from clustermgr.errors import ClusterMgrError
+from clustermgr.inputs import escape_controls
 
 log = logging.getLogger("cm-scale")
 SDK_LOGGERS = ("azure", "botocore", "boto3", "openstack", "keystoneauth", "apscheduler")
@@ -91,7 +92,7 @@ def run_once(engine: object, state_dir: Path) -> None:
             report.directors = run_directors_inline(engine, report.demand)
     finally:
         lock.release()
-    click.echo(report.summary())
+    click.echo(escape_controls(report.summary()))
     if report.error:
         raise SystemExit(1)
 

@@ -322,3 +322,17 @@ def test_ldap_uses_tls_unless_told_not_to_and_config_check_warns_then() -> None:
     head_warning, replica_warning = clear.clear_text_warnings()
     assert head_warning.startswith('warning: ldap.head.tls = "none": the head\'s bind password')
     assert replica_warning.startswith('warning: ldap.replica.tls = "none"')
+
+
+def test_tables_for_admins_show_control_characters_escaped(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from clustermgr.cli.output import emit_fields, emit_table
+
+    hostile = "x.json\x1b]0;owned\x07\nINFO forged"
+    emit_table([{"message": hostile}], ["message"], "Events")
+    emit_fields({"message": hostile})
+    shown = capsys.readouterr().out
+    assert "\x1b" not in shown and "\x07" not in shown
+    assert not any(line.startswith("INFO forged") for line in shown.split("\n"))
+    assert shown.count("x.json\\x1b]0;owned\\x07\\nINFO forged") == 2
