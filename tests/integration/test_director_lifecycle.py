@@ -9,6 +9,7 @@ exist, so the health check's TCP connect to a director's address goes to a real 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from collections.abc import Iterator
@@ -141,6 +142,13 @@ def config(harness: AwsHarness) -> dict[str, Any]:
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
+    with running_world(tmp_path) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_world(tmp_path: Path) -> Iterator[World]:
+    """The AWS fake, a database holding the provider, a closed health-check listener."""
     with contract_harness(tmp_path) as harness:
         settings = parse_settings(config(harness))
         db = Database(f"sqlite:///{tmp_path / 'cm.db'}")

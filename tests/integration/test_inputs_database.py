@@ -5,7 +5,9 @@ over node rows someone wrote by hand into a real SQLite database.
 - a node row with a state no cm-scale writes is skipped for that cycle with a warning (its
   instance is not swept as an orphan) and the other nodes are handled;
 - a node's `private_address` that is not an IP address or a host name never reaches
-  `scontrol` (no argv holds it), with a warning naming the node.
+  `scontrol` (no argv holds it), with a warning naming the node;
+- the same for a director's row: its address is never connected to, and a row with an
+  unknown state is skipped for the pass (its instance is not swept as an orphan).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import logging
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,11 +27,18 @@ from sqlalchemy import select
 from clustermgr.config import Settings, parse_settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Node
+from clustermgr.directors.health import PortsAndReplicas
+from clustermgr.directors.lifecycle import DirectorLifecycle
+from clustermgr.directors.lifecycle import PassReport as DirectorReport
+from clustermgr.directors.state import find
 from clustermgr.inventory import sync_nodes
 from clustermgr.providers.base import InstanceState, LaunchSpec, Provider
 from clustermgr.providers.registry import make_provider
 from clustermgr.scaling.engine import Engine
 from tests.fakes.aws_harness import IMAGE, AwsHarness, contract_harness
+from tests.integration.test_director_lifecycle import NAME as DIRECTOR
+from tests.integration.test_director_lifecycle import World as DirectorWorld
+from tests.integration.test_director_lifecycle import running_world
 
 CLUSTER = "inputs"
 EVIL_ADDRESSES = {"gpu-1": "1.2.3.4 nodehostname=evil", "gpu-4": "-oProxyCommand=touch /tmp/x"}
@@ -178,3 +187,63 @@ def test_bad_rows_are_skipped_for_their_node_and_the_cycle_goes_on(
     with world.db.session() as session:
         states = {n.name: n.state for n in session.scalars(select(Node))}
     assert states == {"gpu-1": "UP", "gpu-2": "UP", "gpu-3": "EXPLODED", "gpu-4": "UP"}
+
+
+@pytest.fixture
+def director_world(tmp_path: Path) -> Iterator[DirectorWorld]:
+    with running_world(tmp_path) as world:
+        yield world
+
+
+@dataclass
+class Checks:
+    """The health check's network edge: which addresses it was asked to connect to."""
+
+    asked: list[str]
+
+    def connect(self, address: str, port: int, timeout_s: float) -> bool:
+        self.asked.append(address)
+        return False
+
+
+def director_pass(world: DirectorWorld, checks: Checks) -> DirectorReport:
+    lifecycle = DirectorLifecycle(
+        world.settings,
+        world.db,
+        lambda name: world.provider,
+        PortsAndReplicas(world.settings, world.db, connect=checks.connect),
+        clock=lambda: world.now,
+        actor="test",
+    )
+    return lifecycle.run({"aws-east"})
+
+
+def tamper(world: DirectorWorld, **fields: str) -> None:
+    with world.db.session() as session:
+        row = find(session, DIRECTOR)
+        assert row is not None
+        for key, value in fields.items():
+            setattr(row, key, value)
+
+
+def test_a_director_row_with_a_bad_address_or_state_costs_only_itself(
+    director_world: DirectorWorld,
+) -> None:
+    world, checks = director_world, Checks([])
+    director_pass(world, checks)  # launched: BOOTING, with the cloud's address
+    booting = world.row()
+    assert booting.state == "booting" and booting.instance_id and booting.private_address
+
+    tamper(world, private_address="1.2.3.4 nodehostname=evil")
+    world.now += timedelta(seconds=5)
+    director_pass(world, checks)
+    assert "1.2.3.4 nodehostname=evil" not in checks.asked  # never connected to, synced to
+    assert world.row().state == "booting"
+
+    tamper(world, state="EXPLODED")
+    world.now += timedelta(seconds=5)  # past the orphan grace (0 s)
+    report = director_pass(world, checks)
+    assert f"{DIRECTOR}: unknown state 'EXPLODED' in the database; skipped" in report.errors
+    assert report.orphans == []  # its instance is not swept as an orphan
+    assert booting.instance_id in world.alive()
+    assert world.row().state == "EXPLODED"
