@@ -23,7 +23,7 @@ import pytest
 from clustermgr.config import Settings, parse_settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Director, Image, ImageReplica, Provider
-from clustermgr.directors.health import PortsAndReplicas, tcp_open
+from clustermgr.directors.health import Connect, PortsAndReplicas, tcp_open
 from clustermgr.directors.lifecycle import (
     ROLE_DIRECTOR,
     TAG_ROLE,
@@ -59,12 +59,12 @@ class World:
             return False
         return tcp_open("127.0.0.1", self.listener.getsockname()[1], timeout_s)
 
-    def lifecycle(self) -> DirectorLifecycle:
+    def lifecycle(self, connect: Connect | None = None) -> DirectorLifecycle:
         return DirectorLifecycle(
             self.settings,
             self.db,
             lambda name: self.provider,
-            PortsAndReplicas(self.settings, self.db, connect=self.connect),
+            PortsAndReplicas(self.settings, self.db, connect=connect or self.connect),
             clock=lambda: self.now,
             actor="test",
         )

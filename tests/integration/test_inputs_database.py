@@ -27,8 +27,6 @@ from sqlalchemy import select
 from clustermgr.config import Settings, parse_settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Node
-from clustermgr.directors.health import PortsAndReplicas
-from clustermgr.directors.lifecycle import DirectorLifecycle
 from clustermgr.directors.lifecycle import PassReport as DirectorReport
 from clustermgr.directors.state import find
 from clustermgr.inventory import sync_nodes
@@ -207,15 +205,7 @@ class Checks:
 
 
 def director_pass(world: DirectorWorld, checks: Checks) -> DirectorReport:
-    lifecycle = DirectorLifecycle(
-        world.settings,
-        world.db,
-        lambda name: world.provider,
-        PortsAndReplicas(world.settings, world.db, connect=checks.connect),
-        clock=lambda: world.now,
-        actor="test",
-    )
-    return lifecycle.run({"aws-east"})
+    return world.lifecycle(connect=checks.connect).run({"aws-east"})
 
 
 def tamper(world: DirectorWorld, **fields: str) -> None:
