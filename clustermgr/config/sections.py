@@ -107,6 +107,16 @@ class StagingRegionSettings(StrictModel):
     s3_prefix: str = "cmsub"
     s3_endpoint_url: str | None = None  # default: the provider's endpoint_url
 
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, partition: str) -> str:
+        return slurm_name(partition)  # sbatch --partition
+
+    @field_validator("features")
+    @classmethod
+    def _features(cls, features: list[str]) -> list[str]:
+        return [slurm_name(feature) for feature in features]  # sbatch --constraint
+
 
 class StagingSettings(StrictModel):
     """cmsub: job data staged in and out of burst regions by the user's own Slurm jobs."""
@@ -119,6 +129,11 @@ class StagingSettings(StrictModel):
     s3_part_size_mb: int = Field(64, ge=5, le=5120)
     s3_workers: int = Field(8, ge=1, le=64)
     regions: list[StagingRegionSettings] = []
+
+    @field_validator("data_mover_partition")
+    @classmethod
+    def _data_mover_partition(cls, partition: str) -> str:
+        return slurm_name(partition)
 
     def region(self, provider: str | None) -> StagingRegionSettings:
         if not self.regions:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import logging
+import re
 import sys
 from typing import Any
 
@@ -336,3 +337,17 @@ def test_tables_for_admins_show_control_characters_escaped(
     assert "\x1b" not in shown and "\x07" not in shown
     assert not any(line.startswith("INFO forged") for line in shown.split("\n"))
     assert shown.count("x.json\\x1b]0;owned\\x07\\nINFO forged") == 2
+
+
+def test_config_refuses_staging_partitions_and_features_slurm_would_split() -> None:
+    region = {"provider": "aws", "partition": "cloud", "features": ["aws"]}
+    for change, where in [
+        ({"partition": "cloud --wrap=id"}, "staging.regions[0].partition"),
+        ({"features": ["aws&x"]}, "staging.regions[0].features"),
+    ]:
+        data = copy.deepcopy(BASE) | {"staging": {"regions": [region | change]}}
+        with pytest.raises(ConfigError, match=rf"^c.toml: {re.escape(where)}: .* Slurm name"):
+            parse_settings(data, source="c.toml")
+    data = copy.deepcopy(BASE) | {"staging": {"data_mover_partition": "movers\n#"}}
+    with pytest.raises(ConfigError, match=r"^c.toml: staging.data_mover_partition: "):
+        parse_settings(data, source="c.toml")
