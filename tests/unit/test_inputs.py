@@ -351,3 +351,15 @@ def test_config_refuses_staging_partitions_and_features_slurm_would_split() -> N
     data = copy.deepcopy(BASE) | {"staging": {"data_mover_partition": "movers\n#"}}
     with pytest.raises(ConfigError, match=r"^c.toml: staging.data_mover_partition: "):
         parse_settings(data, source="c.toml")
+
+
+def test_a_node_row_in_an_unknown_state_is_refused_a_transition_with_one_line() -> None:
+    from clustermgr.db.models import Node
+    from clustermgr.errors import IllegalTransitionError
+    from clustermgr.lifecycle import NodeState, power_of, transition
+
+    row = Node(name="gpu-3", kind="cloud", state="EXPLODED")
+    with pytest.raises(IllegalTransitionError) as caught:
+        transition(row, NodeState.UP, "test", "test")
+    assert str(caught.value).startswith("node gpu-3: state 'EXPLODED' in the database is not")
+    assert row.state == "EXPLODED" and power_of("EXPLODED") == "-"
