@@ -149,7 +149,7 @@ def main() -> None:
     except ClusterMgrError as exc:
         if debug:
             raise
-        click.echo(f"cm-scale: error: {exc}", err=True)
+        click.echo(f"cm-scale: error: {escape_controls(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

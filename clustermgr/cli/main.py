@@ -13,6 +13,7 @@ import click
 from clustermgr import __version__
 from clustermgr.cli.context import AppContext
 from clustermgr.errors import ClusterMgrError
+from clustermgr.inputs import escape_controls
 
 SUBCOMMANDS = {
     "catalog": "clustermgr.cli.providers_cmd:catalog",
@@ -90,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     except ClusterMgrError as exc:
         if debug:
             traceback.print_exc()
-        click.echo(f"clustermgr: error: {exc}", err=True)
+        click.echo(f"clustermgr: error: {escape_controls(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(1)
