@@ -11,6 +11,7 @@ in Slurm's slurm.conf and gres.conf pages uses, with nothing Slurm would split o
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import logging
 import re
@@ -42,6 +43,7 @@ def slurm_hostlist_problem(value: str) -> str | None:
     return f"{value!r} is not a Slurm hostlist: use {SLURM_HOSTLIST_RULE}"
 
 
+@functools.lru_cache(maxsize=65536)  # a cycle checks every node's address again
 def is_host_address(value: str) -> bool:
     """An IP address (v4 or v6, no zone) or an RFC 1123 host name: what may reach
     `scontrol nodeaddr=`, ssh, rsync or an LDAP URL. Nothing else: no spaces, no `=`,
