@@ -348,7 +348,8 @@ def _directors(session: Session, settings: Settings, named: str | None) -> list[
             raise NotFoundError(f"no director named {named!r} (see `clustermgr directors list`)")
         return [director]
     rows = session.scalars(select(Director).order_by(Director.name)).all()
-    return [d for d in rows if DirectorState(d.state) in SYNCED_STATES]
+    synced = {state.value for state in SYNCED_STATES}  # an unknown state is not synced to
+    return [d for d in rows if d.state in synced]
 
 
 def sync_all(

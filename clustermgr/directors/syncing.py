@@ -31,7 +31,6 @@ from clustermgr.db.engine import Database
 from clustermgr.db.models import Director
 from clustermgr.directors import keypush, replication
 from clustermgr.directors.health import DirectorInfo
-from clustermgr.directors.state import DirectorState
 from clustermgr.errors import ClusterMgrError
 from clustermgr.inputs import usable_address
 
@@ -152,7 +151,8 @@ class DirectorSync:
 
         with self.db.session() as session:
             rows = session.scalars(select(Director).order_by(Director.name)).all()
-            serving = (r for r in rows if DirectorState(r.state) in replication.SYNCED_STATES)
+            synced = {state.value for state in replication.SYNCED_STATES}  # unknown: not synced
+            serving = (r for r in rows if r.state in synced)
             found = ((r, usable_address(r.private_address, f"director {r.name}")) for r in serving)
             return [ldap_sync.DirectorTarget(r.id, r.name, a) for r, a in found if a]
 
