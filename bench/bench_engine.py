@@ -112,7 +112,9 @@ def main() -> None:
         steps = {}
         start = time.perf_counter()
         with database.session() as session:
-            seen = Snapshot(now=now, workload=snapshot, nodes=read_nodes(session), instances={})
+            seen = Snapshot(
+                now=now, workload=snapshot, nodes=read_nodes(session).records, instances={}
+            )
         steps[f"snapshot ({nodes:,} nodes from the database)"] = time.perf_counter() - start
         with snapshot_frozen():  # as Engine.cycle does after observing
             mark = time.perf_counter()

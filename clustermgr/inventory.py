@@ -140,7 +140,8 @@ def sync_nodes(
         )
         if not gone or node.state == NodeState.RETIRED.value:
             continue
-        if NodeState(node.state) in RETIRABLE and not (node.kind == "cloud" and node.instance_id):
+        retirable = node.state in {state.value for state in RETIRABLE}
+        if retirable and not (node.kind == "cloud" and node.instance_id):
             where = "its template" if node.kind == "cloud" else "Slurm"
             transition(node, NodeState.RETIRED, f"no longer in {where}", ACTOR, now=now)
             report.retired.append(name)

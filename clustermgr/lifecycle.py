@@ -87,7 +87,14 @@ def transition(
     from clustermgr.db.models import NodeEvent
     from clustermgr.reasons import kind_of
 
-    old = NodeState(node.state)
+    try:
+        old = NodeState(node.state)
+    except ValueError:  # a row no cm-scale wrote: refuse to move it, say which
+        raise IllegalTransitionError(
+            f"node {node.name}: state {str(node.state)[:40]!r} in the database is not a "
+            f"clustermgr state; not moved to {new.value} (see `clustermgr nodes history "
+            f"{node.name}` for the last state clustermgr wrote)"
+        ) from None
     if old is new:
         return
     if not can_transition(old, new):

@@ -9,7 +9,9 @@ from pathlib import Path
 
 from clustermgr.config import Settings, TemplateSettings, is_onprem, slurm_features
 from clustermgr.db.models import InstanceTypeRow
+from clustermgr.errors import ConfigError
 from clustermgr.hostlists import compress
+from clustermgr.inputs import has_control
 from clustermgr.workload.base import WorkloadNode
 
 HOOKS = {
@@ -120,6 +122,18 @@ def render_slurm_conf(
             device = "/dev/nvidia0" if last == 0 else f"/dev/nvidia[0-{last}]"
             lines.append(
                 f"NodeName={template.nodes} Name=gpu Type={template.gpu_model} File={device}"
+            )
+    return refuse_control_characters(lines)
+
+
+def refuse_control_characters(lines: list[str]) -> list[str]:
+    """Config validation keeps control characters out of every value; should one get past
+    it, no line is printed at all (a newline in a value would start a directive of its own)."""
+    for number, line in enumerate(lines, 1):
+        if has_control(line):
+            raise ConfigError(
+                f"slurm.conf line {number} would hold a control character ({line[:80]!r}): "
+                "nothing printed; check the templates with `clustermgr config check`"
             )
     return lines
 

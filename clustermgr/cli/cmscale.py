@@ -10,6 +10,7 @@ import click
 
 from clustermgr import __version__
 from clustermgr.errors import ClusterMgrError
+from clustermgr.inputs import escape_controls
 
 log = logging.getLogger("cm-scale")
 SDK_LOGGERS = ("azure", "botocore", "boto3", "openstack", "keystoneauth", "apscheduler")
@@ -35,12 +36,10 @@ def cm_scale(
 ) -> None:
     """Scale the cluster's cloud nodes with the configured policies."""
     from clustermgr.cli.context import AppContext
+    from clustermgr.logsafe import configure
     from clustermgr.scaling.engine import Engine
 
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.INFO,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    configure(logging.DEBUG if debug else logging.INFO)
     if not debug:  # the SDKs log every HTTP request (and APScheduler every run) at INFO
         for chatty in SDK_LOGGERS:
             logging.getLogger(chatty).setLevel(logging.WARNING)
@@ -93,7 +92,7 @@ def run_once(engine: object, state_dir: Path) -> None:
             report.directors = run_directors_inline(engine, report.demand)
     finally:
         lock.release()
-    click.echo(report.summary())
+    click.echo(escape_controls(report.summary()))
     if report.error:
         raise SystemExit(1)
 
@@ -150,7 +149,7 @@ def main() -> None:
     except ClusterMgrError as exc:
         if debug:
             raise
-        click.echo(f"cm-scale: error: {exc}", err=True)
+        click.echo(f"cm-scale: error: {escape_controls(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

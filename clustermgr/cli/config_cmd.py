@@ -41,6 +41,8 @@ def check(app: AppContext, no_slurm: bool) -> None:
     click.echo(f"policy chain: {names}: every policy loads with its options")
     for warning in exposed_secret_files(settings, config_path(app.config_path)):
         click.echo(warning, err=True)
+    for warning in settings.ldap.clear_text_warnings() if settings.ldap else []:
+        click.echo(warning, err=True)
     if no_slurm:
         return
     problems = slurm_mismatches(app)

@@ -13,6 +13,7 @@ import click
 from clustermgr import __version__
 from clustermgr.cli.context import AppContext
 from clustermgr.errors import ClusterMgrError
+from clustermgr.inputs import escape_controls
 
 SUBCOMMANDS = {
     "catalog": "clustermgr.cli.providers_cmd:catalog",
@@ -68,10 +69,9 @@ class LazyGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None, db_url: str | None, debug: bool) -> None:
     """Manage a Slurm cluster that bursts into AWS, Azure and OpenStack."""
-    logging.basicConfig(
-        level=logging.DEBUG if debug else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    from clustermgr.logsafe import configure
+
+    configure(logging.DEBUG if debug else logging.WARNING)
     ctx.obj = AppContext(config_path=config_path, db_url=db_url, debug=debug)
     ctx.call_on_close(ctx.obj.close)
 
@@ -91,7 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     except ClusterMgrError as exc:
         if debug:
             traceback.print_exc()
-        click.echo(f"clustermgr: error: {exc}", err=True)
+        click.echo(f"clustermgr: error: {escape_controls(str(exc))}", err=True)
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(1)

@@ -10,6 +10,8 @@ from typing import Any
 
 import click
 
+from clustermgr.inputs import escape_controls
+
 
 def _default(value: Any) -> Any:
     if isinstance(value, datetime):
@@ -51,17 +53,20 @@ def emit_fields(row: Mapping[str, Any]) -> None:
     width = max(len(key) for key in row)
     for key, value in row.items():
         shown = value.isoformat() if isinstance(value, datetime) else value
-        click.echo(f"{key:<{width}}  {'-' if shown in (None, '') else shown}")
+        text = "-" if shown in (None, "") else escape_controls(str(shown))
+        click.echo(f"{key:<{width}}  {text}")
 
 
 def _cell(value: Any) -> str:
+    """A cell's text; names and reasons from outside with their control characters escaped
+    (an escape sequence in a spool file name must not drive the admin's terminal)."""
     if value is None:
         return "-"
     if isinstance(value, datetime):
         return value.strftime("%Y-%m-%d %H:%M:%S")
     if isinstance(value, list | tuple):
-        return ",".join(str(v) for v in value)
-    return str(value)
+        return escape_controls(",".join(str(v) for v in value))
+    return escape_controls(str(value))
 
 
 def emit(

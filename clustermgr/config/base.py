@@ -3,9 +3,12 @@ credential sources each understands."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
+
+from clustermgr.inputs import has_control, slurm_word_problem
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 
@@ -79,3 +82,25 @@ PROVIDER_ONLY_KEYS: dict[str, set[str]] = {
 
 class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+def slurm_name(value: str) -> str:
+    """The value, if Slurm would read it as one name (it reaches slurm.conf or scontrol)."""
+    problem = slurm_word_problem(value)
+    if problem:
+        raise ValueError(problem)
+    return value
+
+
+SLURM_PATH_UNSAFE = frozenset(" #=,\"'\\")
+
+
+def slurm_conf_path(value: Path) -> Path:
+    """A path slurm.conf names (a hook program): absolute, one word, nothing Slurm splits on."""
+    text = str(value)
+    if not value.is_absolute() or has_control(text) or SLURM_PATH_UNSAFE & set(text):
+        raise ValueError(
+            f"{text!r} must be an absolute path without spaces, control "
+            "characters, '#', '=', ',' or quotes (slurm.conf would split it)"
+        )
+    return value

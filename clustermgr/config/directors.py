@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
@@ -125,8 +125,18 @@ class LdapHeadSettings(StrictModel):
     uri: str = Field(min_length=1)  # ldap://head:389 or ldaps://head:636
     bind_dn: str = Field(min_length=1)
     credentials: Credentials = Credentials(source="password_file")
-    tls: LdapTls = "none"
+    # TLS unless set to "none" explicitly: ldaps for an ldaps:// uri, else StartTLS
+    tls: LdapTls = "starttls"
     ca_file: Path | None = None  # the CA that signed the head's certificate
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tls_from_uri(cls, data: Any) -> Any:
+        if isinstance(data, dict) and "tls" not in data:
+            uri = data.get("uri")
+            tls = "ldaps" if isinstance(uri, str) and uri.startswith("ldaps://") else "starttls"
+            return {**data, "tls": tls}
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> LdapHeadSettings:
@@ -142,7 +152,7 @@ class LdapReplicaSettings(StrictModel):
     port: int = Field(389, ge=1, le=65535)
     admin_dn: str = Field(min_length=1)
     credentials: Credentials = Credentials(source="password_file")
-    tls: LdapTls = "none"
+    tls: LdapTls = "starttls"  # "none" only when set: the replica password would go in clear
     ca_file: Path | None = None
 
     @model_validator(mode="after")
@@ -176,6 +186,19 @@ class LdapSettings(StrictModel):
             if key != suffix and not key.endswith("," + suffix):
                 raise ValueError(f"ldap.bases: {base!r} is not under suffix {self.suffix!r}")
         return self
+
+    def clear_text_warnings(self) -> list[str]:
+        """A `config check` line for each side set to `tls = "none"`."""
+        lines = []
+        if self.head.tls == "none":
+            what = "the head's bind password (written into each replica's syncrepl config too)"
+            lines.append(f'warning: ldap.head.tls = "none": {what} crosses the network in clear')
+        if self.replica.tls == "none":
+            lines.append(
+                'warning: ldap.replica.tls = "none": the replica admin password crosses the '
+                "network in clear"
+            )
+        return lines
 
 
 def _dn_key(dn: str) -> str:

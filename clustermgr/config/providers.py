@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from clustermgr.config.base import (
     BMC_CREDENTIAL_SOURCES,
@@ -19,8 +19,10 @@ from clustermgr.config.base import (
     CredentialSource,
     ProviderType,
     StrictModel,
+    slurm_name,
 )
 from clustermgr.hostlists import HostlistError, expand
+from clustermgr.inputs import slurm_hostlist_problem, slurm_word_problem
 from clustermgr.pricing import DEFAULT_BILLING, BillingRule, Price
 
 
@@ -64,7 +66,7 @@ class BmcNodeSettings(StrictModel):
         except HostlistError as exc:
             raise ValueError(f"nodes {self.nodes!r} is not a valid Slurm hostlist: {exc}") from None
         for name in names:
-            if not re.match(NAME_PATTERN, name):
+            if not re.fullmatch(NAME_PATTERN, name):
                 raise ValueError(f"nodes {self.nodes!r}: {name!r} is not a node name")
         if self.credentials is not None:
             check_bmc_credentials(self.credentials, f"bmc_nodes entry {self.nodes!r}")
@@ -78,7 +80,7 @@ class BmcNodeSettings(StrictModel):
 class ProviderSettings(StrictModel):
     name: str = Field(pattern=NAME_PATTERN)
     type: ProviderType
-    region: str = Field(min_length=1)
+    region: str = Field(min_length=1)  # also every template's Slurm feature: a Slurm name
     credentials: Credentials = Credentials()
     endpoint_url: str | None = None
     max_instances: int | None = Field(None, ge=0)
@@ -112,6 +114,11 @@ class ProviderSettings(StrictModel):
     redfish_scheme: Literal["https", "http"] = "https"
     tls_verify: bool = True
     tls_ca_file: Path | None = None
+
+    @field_validator("region")
+    @classmethod
+    def _region_is_a_slurm_name(cls, region: str) -> str:
+        return slurm_name(region)
 
     @model_validator(mode="before")
     @classmethod
@@ -249,12 +256,29 @@ class TemplateSettings(StrictModel):
     idle_kw: float = Field(0.0, ge=0)
     min_on: int = Field(0, ge=0)
 
+    @field_validator("partition", "gpu_model")
+    @classmethod
+    def _slurm_name(cls, value: str | None) -> str | None:
+        return None if value is None else slurm_name(value)
+
+    @field_validator("features")
+    @classmethod
+    def _slurm_names(cls, features: list[str]) -> list[str]:
+        return [slurm_name(feature) for feature in features]
+
     @model_validator(mode="after")
     def _check(self) -> TemplateSettings:
+        problem = slurm_hostlist_problem(self.nodes)
+        if problem:
+            raise ValueError(f"nodes: {problem}")
         try:
             slots = expand(self.nodes)
         except HostlistError as exc:
             raise ValueError(f"nodes {self.nodes!r} is not a valid Slurm hostlist: {exc}") from None
+        for name in slots:
+            problem = slurm_word_problem(name)
+            if problem:
+                raise ValueError(f"nodes {self.nodes!r}: node name {problem}")
         if self.max_nodes is not None and self.max_nodes > len(slots):
             raise ValueError(
                 f"max_nodes {self.max_nodes} exceeds the {len(slots)} names in nodes {self.nodes!r}"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
-from clustermgr.config.base import NAME_PATTERN, StrictModel
+from clustermgr.config.base import NAME_PATTERN, StrictModel, slurm_conf_path, slurm_name
 from clustermgr.errors import ConfigError
 
 
@@ -30,6 +30,16 @@ class SlurmSettings(StrictModel):
     conf_server: str = ""  # HOST[:PORT] burst nodes fetch slurm.conf from; default head_address
     munge_key_path: str = "/etc/munge/munge.key"
     hook_path: Path = Path("/usr/local/bin/clustermgr")
+
+    @field_validator("onprem_partitions")
+    @classmethod
+    def _partitions(cls, partitions: list[str]) -> list[str]:
+        return [slurm_name(partition) for partition in partitions]
+
+    @field_validator("hook_path")
+    @classmethod
+    def _hook_path(cls, path: Path) -> Path:
+        return slurm_conf_path(path)
 
 
 class PolicyRef(StrictModel):
@@ -97,6 +107,16 @@ class StagingRegionSettings(StrictModel):
     s3_prefix: str = "cmsub"
     s3_endpoint_url: str | None = None  # default: the provider's endpoint_url
 
+    @field_validator("partition")
+    @classmethod
+    def _partition(cls, partition: str) -> str:
+        return slurm_name(partition)  # sbatch --partition
+
+    @field_validator("features")
+    @classmethod
+    def _features(cls, features: list[str]) -> list[str]:
+        return [slurm_name(feature) for feature in features]  # sbatch --constraint
+
 
 class StagingSettings(StrictModel):
     """cmsub: job data staged in and out of burst regions by the user's own Slurm jobs."""
@@ -109,6 +129,11 @@ class StagingSettings(StrictModel):
     s3_part_size_mb: int = Field(64, ge=5, le=5120)
     s3_workers: int = Field(8, ge=1, le=64)
     regions: list[StagingRegionSettings] = []
+
+    @field_validator("data_mover_partition")
+    @classmethod
+    def _data_mover_partition(cls, partition: str) -> str:
+        return slurm_name(partition)
 
     def region(self, provider: str | None) -> StagingRegionSettings:
         if not self.regions:

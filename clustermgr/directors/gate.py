@@ -5,6 +5,7 @@ lifecycle adopts or cleans them up)."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -16,6 +17,8 @@ from clustermgr.db.models import Director
 from clustermgr.directors.lifecycle import waiting_reason
 from clustermgr.directors.state import SERVING, DirectorState, director_name
 from clustermgr.providers.base import CloudInstance, InstanceState
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -41,7 +44,7 @@ def read_gate(
             continue
         name = director_name(spec.provider, settings.provider(spec.provider).region)
         row = rows.get(name)
-        state = DirectorState(row.state) if row is not None else None
+        state = _state(row)
         if state in SERVING and not _gone(row, (listed or {}).get(spec.provider)):
             continue
         if state in SERVING:
@@ -56,6 +59,17 @@ def read_gate(
         if r.request_id and r.state == DirectorState.LAUNCHING.value
     )
     return DirectorGate(waiting, held, launching)
+
+
+def _state(row: Director | None) -> DirectorState | None:
+    """The row's state; an unknown one (a row no cm-scale wrote) counts as no director."""
+    if row is None:
+        return None
+    try:
+        return DirectorState(row.state)
+    except ValueError:
+        log.warning("director %r: unknown state %r in the database", row.name, str(row.state)[:40])
+        return None
 
 
 def _gone(row: Director | None, listing: Mapping[str, CloudInstance] | None) -> bool:

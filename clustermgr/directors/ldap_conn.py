@@ -30,6 +30,7 @@ from ldap3 import (  # type: ignore[import-untyped]
 from ldap3.core.exceptions import LDAPException  # type: ignore[import-untyped]
 
 from clustermgr.errors import ClusterMgrError
+from clustermgr.inputs import ADDRESS_RULE, is_host_address
 from clustermgr.providers.bmc.nodes import Secret
 
 if TYPE_CHECKING:
@@ -124,6 +125,8 @@ def head_endpoint(settings: LdapSettings) -> Endpoint:
 def replica_endpoint(settings: LdapSettings, director: str, address: str) -> Endpoint:
     replica = settings.replica
     scheme = "ldaps" if replica.tls == "ldaps" else "ldap"
+    if not is_host_address(address):  # callers pass only checked addresses; never bind to one
+        raise LdapError(f"replica {director}: address {address!r} is not {ADDRESS_RULE}")
     host = f"[{address}]" if ":" in address else address
     return Endpoint(
         role=f"replica {director}",

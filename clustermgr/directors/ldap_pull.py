@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from ldap3 import MODIFY_DELETE, MODIFY_REPLACE, Connection  # type: ignore[import-untyped]
 from ldap3.core.exceptions import LDAPException  # type: ignore[import-untyped]
+from ldap3.utils.conv import escape_filter_chars  # type: ignore[import-untyped]
 
 from clustermgr.config import LdapSettings
 from clustermgr.directors.ldap_conn import (
@@ -147,13 +148,17 @@ def _full(run: _Run) -> None:
 def _incremental(run: _Run, watermark: str) -> None:
     settings = run.settings
     changed = _read_all(
-        run.head, settings, HEAD_ATTRS, "read the head's changes", f"(modifyTimestamp>={watermark})"
+        run.head,
+        settings,
+        HEAD_ATTRS,
+        "read the head's changes",
+        f"(modifyTimestamp>={escape_filter_chars(watermark)})",
     )
     head_dns = _list_dns(run.head, settings, "list the head")
     replica_dns = _list_dns(run.replica, settings, "list the replica")
     edited: dict[str, RawEntry] = {}
     if run.since_csn:
-        since = run.since_csn
+        since = escape_filter_chars(run.since_csn)  # read back from the database
         edited = _read_all(
             run.replica,
             settings,

@@ -43,6 +43,7 @@ from clustermgr.directors.ldap_conn import (
     supports_syncrepl,
 )
 from clustermgr.errors import NotFoundError, UsageError
+from clustermgr.inputs import usable_address
 
 ACTOR = "clustermgr-ldap"
 MAX_FAILURES_LISTED = 5
@@ -126,13 +127,15 @@ def targets(session: Session, director: str | None) -> list[DirectorTarget]:
             raise NotFoundError(
                 f"no director named {director!r} (clustermgr ldap status lists them)"
             )
-        if not row.private_address:
-            raise UsageError(f"director {director} has no address yet: nothing to sync to")
-        return [DirectorTarget(row.id, row.name, row.private_address)]
+        address = usable_address(row.private_address, f"director {row.name}")
+        if address is None:
+            raise UsageError(f"director {director} has no usable address: nothing to sync to")
+        return [DirectorTarget(row.id, row.name, address)]
     rows = session.scalars(
         select(Director).where(Director.private_address.is_not(None)).order_by(Director.name)
     )
-    return [DirectorTarget(r.id, r.name, r.private_address or "") for r in rows]
+    found = ((r, usable_address(r.private_address, f"director {r.name}")) for r in rows)
+    return [DirectorTarget(r.id, r.name, address) for r, address in found if address]
 
 
 def sync_director(

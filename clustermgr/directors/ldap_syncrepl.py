@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ldap3 import MODIFY_REPLACE, Connection  # type: ignore[import-untyped]
+from ldap3.utils.conv import escape_filter_chars  # type: ignore[import-untyped]
 
 from clustermgr.config import LdapSettings
 from clustermgr.directors.ldap_conn import (
@@ -84,8 +85,8 @@ def filter_for(settings: LdapSettings) -> str:
         for depth in range(suffix_depth, len(parts)):
             dn = ",".join(parts[len(parts) - depth :])
             ancestors.setdefault(_key(dn), dn)
-    terms = [f"(entryDN={dn})" for dn in ancestors.values()]
-    terms += [f"(entryDN:dnSubtreeMatch:={base})" for base in settings.bases]
+    terms = [f"(entryDN={escape_filter_chars(dn)})" for dn in ancestors.values()]
+    terms += [f"(entryDN:dnSubtreeMatch:={escape_filter_chars(b)})" for b in settings.bases]
     return f"(|{''.join(terms)})"
 
 
@@ -134,7 +135,7 @@ def database_dn(replica: Connection, suffix: str) -> str:
     """The cn=config entry of the replica's database that holds `suffix`."""
     replica.search(
         "cn=config",
-        f"(&(objectClass=olcDatabaseConfig)(olcSuffix={_filter_escape(suffix)}))",
+        f"(&(objectClass=olcDatabaseConfig)(olcSuffix={escape_filter_chars(suffix)}))",
         attributes=["olcSuffix"],
     )
     found = [item["dn"] for item in replica.response or [] if item.get("type") == "searchResEntry"]
@@ -269,10 +270,6 @@ def _same(key: str, have: str | None, want: str) -> bool:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
-
-
-def _filter_escape(value: str) -> str:
-    return "".join(f"\\{ord(c):02x}" if c in "*()\\\0" else c for c in value)
 
 
 def _split(dn: str) -> list[str]:

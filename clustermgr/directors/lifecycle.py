@@ -62,6 +62,7 @@ from clustermgr.directors.strays import (
 )
 from clustermgr.directors.userdata import render_user_data
 from clustermgr.errors import ClusterMgrError, ProviderError
+from clustermgr.inputs import usable_address
 from clustermgr.providers.base import CloudInstance, InstanceState, LaunchSpec, Provider
 from clustermgr.reasons import Reason
 
@@ -236,6 +237,7 @@ class PassReport:
     moves: list[str] = field(default_factory=list)  # "NAME: old -> new (reason)"
     errors: list[str] = field(default_factory=list)
     orphans: list[str] = field(default_factory=list)  # terminated instance ids
+    unreadable: set[str] = field(default_factory=set)  # instances of rows skipped this pass
 
     def summary(self) -> str:
         parts = list(self.moves)
@@ -498,7 +500,7 @@ class DirectorLifecycle:
                 except LookupError as exc:
                     report.errors.append(f"{director_name(spec.provider, region)}: {exc}")
             rows = session.scalars(select(Director).order_by(Director.name)).all()
-            infos = [self._info(session, row) for row in rows]
+            infos = [self._info(session, row) for row in rows if _known_state(row, report)]
         declared = {
             director_name(d.provider, self.settings.provider(d.provider).region)
             for d in self.settings.directors
@@ -511,7 +513,9 @@ class DirectorLifecycle:
         listings: dict[str, Mapping[str, CloudInstance]] = {}
         for name in sorted(providers):
             try:
-                listings[name] = self.provider_of(name).list_instances()
+                listed = self.provider_of(name).list_instances()
+                # an unreadable row's instance is neither acted on nor an orphan this pass
+                listings[name] = {i: v for i, v in listed.items() if i not in report.unreadable}
             except ClusterMgrError as exc:
                 report.errors.append(f"listing {name} failed: {exc}")
         return listings
@@ -527,6 +531,18 @@ class DirectorLifecycle:
     def _info(session: Session, row: Director) -> DirectorInfo:
         provider, region = region_of(session, row)
         return info_of(row, provider, region)
+
+
+def _known_state(row: Director, report: PassReport) -> bool:
+    """A row no cm-scale wrote (an unknown state) is skipped this pass, not fatal to it."""
+    if row.state in {state.value for state in DirectorState}:
+        return True
+    error = f"{row.name}: unknown state {str(row.state)[:40]!r} in the database; skipped"
+    if error not in report.errors:
+        report.errors.append(error)
+    if row.instance_id:
+        report.unreadable.add(row.instance_id)
+    return False
 
 
 def forget_replicas(session: Session, director_id: int, now: datetime) -> None:
@@ -549,7 +565,7 @@ def info_of(row: Director, provider: str, region: str) -> DirectorInfo:
         state_since=row.state_since,
         instance_id=row.instance_id,
         request_id=row.request_id,
-        private_address=row.private_address,
+        private_address=usable_address(row.private_address, f"director {row.name}"),
         launched_at=row.launched_at,
         healthy_at=row.healthy_at,
         idle_since=row.idle_since,

@@ -48,6 +48,7 @@ from clustermgr.directors.manifest import (
 )
 from clustermgr.directors.state import DirectorState, find
 from clustermgr.errors import ClusterMgrError, NotFoundError
+from clustermgr.inputs import usable_address
 
 SYNCED_STATES = frozenset({DirectorState.SYNCING, DirectorState.READY, DirectorState.UNHEALTHY})
 
@@ -133,9 +134,9 @@ def target_for(images: ImagesSettings, director: Director) -> SyncTarget | None:
     explicit = images.targets.get(director.name)
     if explicit:
         return SyncTarget(director.name, explicit)
-    if not director.private_address:
+    host = usable_address(director.private_address, f"director {director.name}")
+    if host is None:
         return None
-    host = director.private_address
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"  # IPv6
     return SyncTarget(director.name, f"rsync://{host}:{images.rsync_port}/{images.rsync_module}")
@@ -347,7 +348,8 @@ def _directors(session: Session, settings: Settings, named: str | None) -> list[
             raise NotFoundError(f"no director named {named!r} (see `clustermgr directors list`)")
         return [director]
     rows = session.scalars(select(Director).order_by(Director.name)).all()
-    return [d for d in rows if DirectorState(d.state) in SYNCED_STATES]
+    synced = {state.value for state in SYNCED_STATES}  # an unknown state is not synced to
+    return [d for d in rows if d.state in synced]
 
 
 def sync_all(

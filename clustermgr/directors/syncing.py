@@ -31,8 +31,8 @@ from clustermgr.db.engine import Database
 from clustermgr.db.models import Director
 from clustermgr.directors import keypush, replication
 from clustermgr.directors.health import DirectorInfo
-from clustermgr.directors.state import DirectorState
 from clustermgr.errors import ClusterMgrError
+from clustermgr.inputs import usable_address
 
 if TYPE_CHECKING:
     from clustermgr.directors import ldap_sync
@@ -151,11 +151,10 @@ class DirectorSync:
 
         with self.db.session() as session:
             rows = session.scalars(select(Director).order_by(Director.name)).all()
-            return [
-                ldap_sync.DirectorTarget(row.id, row.name, row.private_address)
-                for row in rows
-                if row.private_address and DirectorState(row.state) in replication.SYNCED_STATES
-            ]
+            synced = {state.value for state in replication.SYNCED_STATES}  # unknown: not synced
+            serving = (r for r in rows if r.state in synced)
+            found = ((r, usable_address(r.private_address, f"director {r.name}")) for r in serving)
+            return [ldap_sync.DirectorTarget(r.id, r.name, a) for r, a in found if a]
 
     def _images(
         self,

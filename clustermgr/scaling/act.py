@@ -117,7 +117,7 @@ def record_facts(actor: Actor, snapshot: Snapshot, judgment: Judgment) -> None:
                 node.slurm_state = facts.slurm_state
                 node.idle_since = facts.idle_since
             judged = changes.get(node.name)
-            if judged is None or NodeState(node.state) is not judged.state:
+            if judged is None or node.state != judged.state.value:
                 continue  # changed by someone else since the snapshot: judged again next cycle
             if judged.verdict is Verdict.REGISTER:
                 transition(node, NodeState.UP, "slurmd registered", actor.actor, now=now)

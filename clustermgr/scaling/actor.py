@@ -24,6 +24,7 @@ from clustermgr.db.models import ClusterEvent, InstanceRun, Node
 from clustermgr.db.models import ForeignInstance as ForeignRow
 from clustermgr.db.ownership import NODE_LAUNCH, issue
 from clustermgr.errors import ErrorKind, ProviderError, WorkloadError
+from clustermgr.inputs import usable_address
 from clustermgr.lifecycle import NodeState, transition
 from clustermgr.pricing import BillingRule, price_of
 from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
@@ -209,20 +210,22 @@ class Actor:
         if not launched:
             return
         with self.db.session() as session:
-            addresses = {
-                n.name: n.private_address
+            found = {
+                n.name: usable_address(n.private_address, f"node {n.name}")
                 for n in self._nodes(session, launched)
                 if n.private_address
             }
+        addresses = {name: address for name, address in found.items() if address}
+        usable = set(launched) - {name for name, address in found.items() if not address}
         told = True
         try:
             self.workload.set_addresses(addresses)
         except WorkloadError as exc:  # the nodes stay `untold`: the next cycle tells again
             log.warning("Slurm was not told the addresses of %s: %s", sorted(addresses), exc)
             told = False
-        self.wake(sorted(set(power_up) & set(launched)))
+        self.wake(sorted(set(power_up) & usable))
         if told:
-            self.release(sorted(set(release) & set(launched)))
+            self.release(sorted(set(release) & usable))
 
     # --- failing and stopping -------------------------------------------------------------
 

@@ -158,18 +158,22 @@ class Engine:
         instances = self._list_instances(report)
         now = self.clock()
         with self.db.session() as session:
-            nodes = read_nodes(session)
+            rows = read_nodes(session)
             failures = recent_failures(session, now)
             spend = month_spend(session, now)
             health = template_health(session, self.settings, now)
             gate = read_gate(session, self.settings, instances)
-            held = {r.instance_id for r in nodes.values() if r.instance_id} | gate.instances
+            held = (
+                {r.instance_id for r in rows.records.values() if r.instance_id}
+                | rows.unreadable_instances
+                | gate.instances
+            )
             skip = onprem_providers(self.settings)
             ownership = read_ownership(session, instances, held, gate.requests, skip)
         return Snapshot(
             now=now,
             workload=workload,
-            nodes=nodes,
+            nodes=rows.records,
             instances=instances,
             provider_errors=dict(report.provider_errors),
             requests=read_requests(self.spool),
@@ -180,6 +184,7 @@ class Engine:
             director_instances=gate.instances,
             director_requests=gate.requests,
             ownership=ownership,
+            unreadable_instances=rows.unreadable_instances,
         )
 
     def _cycle(self, report: CycleReport, dry_run: bool, decide: bool) -> None:

@@ -6,6 +6,7 @@ never asks Slurm or a cloud for a second look in the middle of a cycle.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -17,6 +18,7 @@ from sqlalchemy.orm import Session
 from clustermgr.config import Settings, slurm_features
 from clustermgr.db.models import InstanceRun, Node, NodeEvent
 from clustermgr.db.ownership import Ownership, known
+from clustermgr.inputs import slurm_word_problem, usable_address
 from clustermgr.lifecycle import NodeState
 from clustermgr.policy.view import LaunchFailure, TemplateView
 from clustermgr.providers.base import CloudInstance
@@ -25,6 +27,7 @@ from clustermgr.workload.base import WorkloadSnapshot
 from clustermgr.workload.hooks import HookRequest
 
 FAILURE_MEMORY = timedelta(hours=1)
+log = logging.getLogger(__name__)
 
 
 class NodeRecord(NamedTuple):
@@ -65,9 +68,21 @@ class Snapshot:
     director_requests: frozenset[str] = frozenset()  # request ids of director launches
     # what the database proves cm-scale launched, of the listed instances no row holds
     ownership: Ownership = field(default_factory=Ownership)
+    # instance ids held by node rows this cycle could not read: never orphans
+    unreadable_instances: frozenset[str] = frozenset()
 
 
-def read_nodes(session: Session) -> dict[str, NodeRecord]:
+@dataclass(frozen=True)
+class NodeRows:
+    records: dict[str, NodeRecord]
+    unreadable_instances: frozenset[str] = frozenset()  # held by rows skipped this cycle
+
+
+def read_nodes(session: Session) -> NodeRows:
+    """Every node row the cycle can act on. A row is outside input like any other: one
+    with an unknown state or a name Slurm would not take is skipped for this cycle with a
+    warning (its instance is kept from the orphan sweep), and an address that is no host
+    address is dropped (the node is not told to Slurm with it)."""
     columns = (
         Node.name,
         Node.kind,
@@ -88,10 +103,31 @@ def read_nodes(session: Session) -> dict[str, NodeRecord]:
     states = {s.value: s for s in NodeState}
     query = select(*columns)  # RETIRED too: an instance a retired slot still holds is no orphan
     records = {}
+    unreadable: set[str] = set()
     for row in session.execute(query):
-        name, kind, state, *rest = row
-        records[name] = NodeRecord(name, kind, states[state], *rest)
-    return records
+        name, kind, state, template, provider, instance_id, instance_type, address, *rest = row
+        problem = slurm_word_problem(name) or (
+            None if state in states else f"unknown state {str(state)[:40]!r}"
+        )
+        if problem:
+            log.warning("node %r skipped this cycle: %s in the database", name[:80], problem)
+            if instance_id:
+                unreadable.add(instance_id)
+            continue
+        if address:
+            address = usable_address(address, f"node {name}")
+        records[name] = NodeRecord(
+            name,
+            kind,
+            states[state],
+            template,
+            provider,
+            instance_id,
+            instance_type,
+            address,
+            *rest,
+        )
+    return NodeRows(records, frozenset(unreadable))
 
 
 def template_views(

@@ -102,6 +102,7 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
     for judged in judgment.having(Verdict.RESUME):
         judgment.resume_requests.setdefault(judged.node, ())
     bound |= snapshot.director_instances  # a director's instance is the directors' business
+    bound |= snapshot.unreadable_instances  # its row is unreadable, not gone
     accounted = frozenset(judgment.relaunch) | snapshot.director_requests
     found = sweep(
         snapshot.instances,

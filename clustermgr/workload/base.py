@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
+from clustermgr.inputs import has_control
 from clustermgr.reasons import is_hold
 
 
@@ -168,6 +169,8 @@ def parse_gpu_gres(gres: str) -> tuple[str | None, int]:
 
 def reason_arg(reason: str) -> str:
     """`reason="..."` for scontrol: it re-splits its arguments on spaces, so a reason with
-    spaces must be quoted inside the argument (and may not hold quotes itself)."""
-    text = " ".join(reason.replace('"', "'").split())[:250] or "clustermgr"
+    spaces must be quoted inside the argument (and may not hold quotes itself); control
+    characters (a NUL would not even make it into argv) become spaces."""
+    printable = "".join(" " if has_control(char) else char for char in reason)
+    text = " ".join(printable.replace('"', "'").split())[:250] or "clustermgr"
     return f'reason="{text}"'

@@ -7,14 +7,16 @@ failure is a WorkloadError naming the command and Slurm's own one-line message.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import subprocess
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from clustermgr.errors import WorkloadError
+from clustermgr.inputs import ADDRESS_RULE, is_host_address, slurm_word_problem
 from clustermgr.workload.base import (
     PendingJob,
     RunningJob,
@@ -31,6 +33,7 @@ from clustermgr.workload.squeue import (
 )
 
 ADDRESS_BATCH = 100
+log = logging.getLogger("clustermgr.workload")
 
 
 class SlurmCli:
@@ -115,7 +118,7 @@ class SlurmCli:
     def config_values(self) -> dict[str, str]:
         """`scontrol show config` as key -> value."""
         values: dict[str, str] = {}
-        for line in self.run("scontrol", "show", "config").splitlines():
+        for line in self.run("scontrol", "show", "config").split("\n"):
             key, sep, value = line.partition("=")
             if sep and key.strip() and " " not in key.strip():
                 values[key.strip()] = value.strip()
@@ -127,15 +130,21 @@ class SlurmCli:
         """`scontrol update nodename=LIST key=value ...` (one call for the whole list)."""
         if not nodes:
             return
-        from clustermgr.hostlists import compress
 
-        args = [f"nodename={compress(nodes)}", *(f"{key}={value}" for key, value in fields.items())]
+        args = [
+            f"nodename={node_list(nodes)}",
+            *(f"{key}={value}" for key, value in fields.items()),
+        ]
         self.run("scontrol", "update", *args)
 
     def set_addresses(self, addresses: Mapping[str, str]) -> None:
         """`scontrol update NodeName=a,b NodeAddr=x,y NodeHostname=a,b`, 100 nodes a call
         (lists pair up by position, as ParallelCluster batches it)."""
         pairs = sorted(addresses.items())
+        node_list(name for name, _ in pairs)
+        for name, address in pairs:  # callers pass checked addresses: never one that is not
+            if not is_host_address(address):
+                raise WorkloadError(f"node {name}: address {address!r} is not {ADDRESS_RULE}")
         for start in range(0, len(pairs), ADDRESS_BATCH):
             batch = pairs[start : start + ADDRESS_BATCH]
             names = ",".join(name for name, _ in batch)
@@ -163,12 +172,11 @@ class SlurmCli:
     def _update_with_reason(self, nodes: Sequence[str], state: str, reason: str) -> None:
         if not nodes:
             return
-        from clustermgr.hostlists import compress
 
         self.run(
             "scontrol",
             "update",
-            f"nodename={compress(nodes)}",
+            f"nodename={node_list(nodes)}",
             f"state={state}",
             reason_arg(reason),
         )
@@ -179,8 +187,21 @@ class SlurmCli:
         self.update_nodes(nodes, state="UNDRAIN")
 
 
+def node_list(nodes: Iterable[str]) -> str:
+    """The hostlist for `scontrol update nodename=`; every name one Slurm word (scontrol
+    splits its arguments on spaces again: a name with one would add a field of its own)."""
+    from clustermgr.hostlists import compress
+
+    names = list(nodes)
+    for name in names:
+        problem = slurm_word_problem(name)
+        if problem:
+            raise WorkloadError(f"scontrol update not run: node {problem}")
+    return compress(names)
+
+
 def _first_line(text: str) -> str:
-    for line in (text or "").splitlines():
+    for line in (text or "").split("\n"):
         if line.strip():
             return line.strip()[:300]
     return ""
@@ -200,15 +221,33 @@ def parse_sinfo_nodes(data: Mapping[str, Any]) -> dict[str, WorkloadNode]:
     if not isinstance(raw_nodes, list):
         raise WorkloadError("`sinfo --json` has no 'nodes' list: unsupported Slurm output")
     nodes: dict[str, WorkloadNode] = {}
-    for raw in raw_nodes:
-        if not isinstance(raw, dict) or not raw.get("name"):
-            raise WorkloadError("`sinfo --json` lists a node without a name")
-        node = _parse_node(raw)
+    for number, raw in enumerate(raw_nodes, 1):
+        node = _checked_node(number, raw)
+        if node is None:
+            continue
         if node.name in nodes:  # one record per partition on some versions
             merged = nodes[node.name].partitions + node.partitions
             node = _replace_partitions(node, tuple(dict.fromkeys(merged)))
         nodes[node.name] = node
     return nodes
+
+
+def _checked_node(number: int, raw: Any) -> WorkloadNode | None:
+    """The node of one `sinfo --json` record, or None (with a warning naming the record
+    and the node) when it cannot be one: the rest of the nodes are still read."""
+    name = raw.get("name") if isinstance(raw, dict) else None
+    if not isinstance(name, str) or not name:
+        log.warning("`sinfo --json` node record %d skipped: it has no name", number)
+        return None
+    problem = slurm_word_problem(name)
+    if problem:
+        log.warning("`sinfo --json` node record %d skipped: %s", number, problem)
+        return None
+    try:
+        return _parse_node(raw)
+    except (TypeError, ValueError, AttributeError) as exc:
+        log.warning("`sinfo --json` node %s skipped: a field of the wrong type (%s)", name, exc)
+        return None
 
 
 def _replace_partitions(node: WorkloadNode, partitions: tuple[str, ...]) -> WorkloadNode:

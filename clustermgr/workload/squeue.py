@@ -9,14 +9,21 @@ ArrayTaskID range (`1-1000%10` counts 10 at a time), never from expanding it.
 from __future__ import annotations
 
 import functools
+import logging
 import math
 import re
+from collections.abc import Iterator
 from datetime import UTC, datetime
 
-from clustermgr.errors import WorkloadError
 from clustermgr.workload.base import PendingJob, RunningJob
 
+log = logging.getLogger("clustermgr.workload")
 TAB = "\t"
+NEWLINE = "\n"  # Slurm ends a record with \n alone: str.splitlines() would also split on
+# \x1c-\x1e, \x85 and U+2028/U+2029, which a job's free-text fields may hold
+SKIP_WARNINGS = 5  # per read: the first bad lines by name, then a count
+# a job id as squeue prints it: 123, 123_4, 123_[1-1000%10], 123+0 (a het job's part)
+_JOB_ID = re.compile(r"[0-9]+(?:_(?:[0-9]+|\[[0-9,:%-]+\])|\+[0-9]+)?")
 PENDING_FIELDS = (
     "JobArrayID",
     "ArrayTaskID",
@@ -44,21 +51,57 @@ _MEM_UNITS = {"K": 1 / 1024, "": 1, "M": 1, "G": 1024, "T": 1024 * 1024}
 
 
 def parse_pending(text: str) -> list[PendingJob]:
+    """Every pending job squeue printed; a line that cannot be read is skipped with a
+    warning naming its job, and the rest of the queue is read."""
     jobs = []
     width = len(PENDING_FIELDS)
-    for number, line in enumerate(text.splitlines(), 1):
+    skipped = _Skipped("pending")
+    for number, line in _lines(text):
         fields = line.split(TAB)
         if len(fields) < width:
-            if not line.strip():
-                continue
-            raise WorkloadError(f"squeue line {number}: {len(fields)} fields, expected {width}")
+            skipped.add(number, fields[0], f"{len(fields)} fields, expected {width}")
+            continue
+        job_id = fields[0].strip()
+        if not _JOB_ID.fullmatch(job_id):
+            skipped.add(number, job_id, "not a job id")
+            continue
         try:
             jobs.append(_pending(*fields[:width]))
-        except (ValueError, KeyError) as exc:
-            raise WorkloadError(
-                f"squeue line {number}: cannot parse {line[:80]!r}: {exc}"
-            ) from None
+        except (ValueError, KeyError, OverflowError) as exc:
+            skipped.add(number, job_id, f"cannot parse {line[:80]!r}: {exc}")
+    skipped.report()
     return jobs
+
+
+def _lines(text: str) -> Iterator[tuple[int, str]]:
+    """(line number, line) for each line that holds anything, split on \\n only."""
+    for number, line in enumerate(text.split(NEWLINE), 1):
+        if line.strip():
+            yield number, line
+
+
+class _Skipped:
+    """The lines of one squeue read that were skipped: the first few named, then a count."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        self.count = 0
+
+    def add(self, number: int, job_id: str, why: str) -> None:
+        self.count += 1
+        if self.count <= SKIP_WARNINGS:
+            log.warning(
+                "squeue %s line %d (job %s) skipped: %s", self.what, number, job_id[:40], why
+            )
+
+    def report(self) -> None:
+        if self.count > SKIP_WARNINGS:
+            log.warning(
+                "squeue %s: %d more lines skipped (%d in all)",
+                self.what,
+                self.count - SKIP_WARNINGS,
+                self.count,
+            )
 
 
 def _pending(  # one argument per squeue field, in PENDING_FIELDS order
@@ -112,23 +155,25 @@ def _tres(text: str) -> tuple[int, int, int]:
 
 
 def parse_running(text: str) -> list[RunningJob]:
+    """Running jobs and their nodes; an unreadable line is skipped with a warning."""
     from clustermgr.hostlists import HostlistError, expand
 
     jobs = []
-    for number, line in enumerate(text.splitlines(), 1):
+    skipped = _Skipped("running")
+    for number, line in _lines(text):
         fields = line.split(TAB)
-        if len(fields) < len(RUNNING_FIELDS) or not fields[0].strip():
+        job_id = fields[0].strip()
+        if len(fields) < len(RUNNING_FIELDS) or not _JOB_ID.fullmatch(job_id):
+            skipped.add(number, job_id, "not a job line")
             continue
         nodelist = fields[1].strip()
         try:
             nodes = tuple(expand(nodelist)) if nodelist and nodelist != "(null)" else ()
         except HostlistError as exc:
-            raise WorkloadError(
-                f"squeue line {number}: node list {nodelist[:60]!r} is not a hostlist: {exc}"
-            ) from None
-        jobs.append(
-            RunningJob(job_id=fields[0].strip(), nodes=nodes, end_time=timestamp(fields[2]))
-        )
+            skipped.add(number, job_id, f"node list {nodelist[:60]!r} is not a hostlist: {exc}")
+            continue
+        jobs.append(RunningJob(job_id=job_id, nodes=nodes, end_time=timestamp(fields[2])))
+    skipped.report()
     return jobs
 
 

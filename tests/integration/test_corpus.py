@@ -7,14 +7,18 @@ deleted), and no traceback.
 - policies/*.py       a policy file: loading ones through `config check` (exit 2, one
                       line); `decide:` ones through the policy runner (the cycle is void,
                       the error names the policy)
-- slurm/*.toml        what a Slurm client printed: the snapshot fails with one line (or
-                      `ok`: unknown fields are ignored)
+- slurm/*.toml        what a Slurm client printed: output that cannot be read at all fails
+                      the snapshot with one line; one bad line or record (`skipped: `) is
+                      left out with one warning naming its job or node and the rest is
+                      read; hostile but readable (`read`) is read whole; `ok`: unknown
+                      fields are ignored
 - spool/*.toml        a request file in cm-scale's spool: skipped, moved aside with one line
 - resume_file/*.toml  a SLURM_RESUME_FILE: ignored, the hostlist argument still counts
 """
 
 from __future__ import annotations
 
+import logging
 import stat
 import tomllib
 from datetime import UTC, datetime
@@ -123,18 +127,35 @@ def fake_slurm(bin_dir: Path, command: str, output: bytes) -> None:
 
 
 @pytest.mark.parametrize("case", cases("slurm"), ids=lambda p: p.stem)
-def test_bad_slurm_output(case: Path, tmp_path: Path) -> None:
+def test_bad_slurm_output(case: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     spec = tomllib.loads(case.read_text())
     output = bytes.fromhex(spec["output_hex"]) if "output_hex" in spec else spec["output"].encode()
     fake_slurm(tmp_path / "bin", spec["command"], output)
     slurm = SlurmCli(tmp_path / "bin", timeout_s=10)
-    if spec["expect"] == "ok":
+    expect: str = spec["expect"]
+    if expect == "ok":
         assert "gpu-1" in slurm.snapshot().nodes
+        return
+    if expect == "read" or expect.startswith("skipped: "):
+        with caplog.at_level(logging.WARNING, "clustermgr.workload"):
+            snapshot = slurm.snapshot()
+        read = {
+            "sinfo": list(snapshot.nodes),
+            "squeue-pending": [job.job_id for job in snapshot.pending],
+            "squeue-running": [job.job_id for job in snapshot.running],
+        }[spec["command"]]
+        assert read == spec["read"]  # the rest of the output is still read
+        warnings = [record.getMessage() for record in caplog.records]
+        if expect == "read":
+            assert warnings == []
+        else:
+            [warning] = warnings  # one warning, naming the job or node
+            assert warning.startswith(expect.removeprefix("skipped: ")), warning
         return
     with pytest.raises(WorkloadError) as caught:
         slurm.snapshot()
     message = str(caught.value)
-    assert "\n" not in message and message.startswith(spec["expect"]), message
+    assert "\n" not in message and message.startswith(expect), message
 
 
 @pytest.mark.parametrize("case", cases("spool"), ids=lambda p: p.stem)

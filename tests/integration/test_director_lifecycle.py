@@ -9,6 +9,7 @@ exist, so the health check's TCP connect to a director's address goes to a real 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import socket
 from collections.abc import Iterator
@@ -23,7 +24,7 @@ from clustermgr.config import Settings, parse_settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Director, Image, ImageReplica, Provider
 from clustermgr.db.ownership import DIRECTOR_LAUNCH, issue
-from clustermgr.directors.health import PortsAndReplicas, tcp_open
+from clustermgr.directors.health import Connect, PortsAndReplicas, tcp_open
 from clustermgr.directors.lifecycle import (
     DirectorLifecycle,
     launch_spec,
@@ -58,12 +59,12 @@ class World:
             return False
         return tcp_open("127.0.0.1", self.listener.getsockname()[1], timeout_s)
 
-    def lifecycle(self) -> DirectorLifecycle:
+    def lifecycle(self, connect: Connect | None = None) -> DirectorLifecycle:
         return DirectorLifecycle(
             self.settings,
             self.db,
             lambda name: self.provider,
-            PortsAndReplicas(self.settings, self.db, connect=self.connect),
+            PortsAndReplicas(self.settings, self.db, connect=connect or self.connect),
             clock=lambda: self.now,
             actor="test",
         )
@@ -141,6 +142,13 @@ def config(harness: AwsHarness) -> dict[str, Any]:
 
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[World]:
+    with running_world(tmp_path) as running:
+        yield running
+
+
+@contextlib.contextmanager
+def running_world(tmp_path: Path) -> Iterator[World]:
+    """The AWS fake, a database holding the provider, a closed health-check listener."""
     with contract_harness(tmp_path) as harness:
         settings = parse_settings(config(harness))
         db = Database(f"sqlite:///{tmp_path / 'cm.db'}")

@@ -363,11 +363,13 @@ timeout_s = 2
 uri = "{head.uri}"
 bind_dn = "{head.admin_dn}"
 credentials = {{ source = "password_file", secret_file = "{tmp_path / "head.secret"}" }}
+tls = "none"
 
 [ldap.replica]
 port = {replica.port}
 admin_dn = "{replica.admin_dn}"
 credentials = {{ source = "password_env", secret_env = "TEST_LDAP_REPLICA_PW" }}
+tls = "none"
 """
     )
     return config

@@ -82,8 +82,10 @@ syncrepl_retry = "1 +"
 uri = "{head.uri}"
 bind_dn = "{head.admin_dn}"
 credentials = {{ source = "password_file", secret_file = "{workdir / "head.secret"}" }}
+tls = "none"  # the lab's loopback slapd has no certificate
 
 [ldap.replica]
 admin_dn = "cn=admin,cn=config"
 credentials = {{ source = "password_file", secret_file = "{workdir / "director.secret"}" }}
+tls = "none"
 """

@@ -308,11 +308,13 @@ def ldap_table(
             "uri": head.uri,
             "bind_dn": head.admin_dn,
             "credentials": {"source": "password_file", "secret_file": head_secret},
+            "tls": "none",  # loopback test servers; TLS is the default elsewhere
         },
         "replica": {
             "port": replica.port,
             "admin_dn": admin_dn,
             "credentials": {"source": "password_file", "secret_file": replica_secret},
+            "tls": "none",
         },
         "syncrepl_retry": "1 +",
         **extra,

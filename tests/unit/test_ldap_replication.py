@@ -107,6 +107,7 @@ def test_replica_endpoint_from_the_director_address() -> None:
                     "uri": "ldaps://h",
                     "bind_dn": "cn=x",
                     "credentials": {"source": "password_env", "secret_env": "X"},
+                    "tls": "starttls",
                 }
             },
             "an ldaps:// uri goes with tls = 'ldaps'",
