@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from clustermgr import progress
 from clustermgr.errors import WorkloadError
 from clustermgr.workload.base import (
     PendingJob,
@@ -43,6 +44,7 @@ class SlurmCli:
         path = self.bin_dir / command
         argv = [str(path), *args]
         shown = " ".join([command, *args])[:120]
+        progress.step(f"Slurm's `{command}`")
         try:
             done = subprocess.run(
                 argv,
@@ -60,6 +62,7 @@ class SlurmCli:
                 f"`{shown}` did not answer within {timeout_s or self.timeout_s:.0f} s "
                 "(is slurmctld running and reachable?)"
             ) from None
+        progress.beat()
         if done.returncode != 0:
             stdout, stderr = (out.decode("utf-8", "replace") for out in (done.stdout, done.stderr))
             message = _first_line(stderr) or _first_line(stdout) or "no message"
