@@ -29,6 +29,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from clustermgr.daemon import DIRECTOR_SYNC_POLL_S
 from tests.conftest import cannot_run
 from tests.fakes.aws_fake import FakeAws
 from tests.fakes.aws_harness import ACCESS_KEY, IMAGE, SECRET_KEY, fake_aws_env
@@ -133,7 +134,7 @@ class Lab:
             check=False,
         )
 
-    def write_config(self, **daemon: float) -> None:
+    def write_config(self, extra: str = "", **daemon: float) -> None:
         ec2 = boto3.client(
             "ec2",
             region_name=self.fake.region,
@@ -177,6 +178,7 @@ demand_mode = "slurm"
 state_dir = "{self.workdir / "state"}"
 """
             + "".join(f"{key} = {value}\n" for key, value in options.items())
+            + extra
         )
 
     def start(self, env: dict[str, str] | None = None) -> None:
@@ -245,8 +247,8 @@ def lab(tmp_path: Path) -> Iterator[Lab]:
         fake.stop()
 
 
-def prepare(lab: Lab, **daemon: float) -> None:
-    lab.write_config(**daemon)
+def prepare(lab: Lab, extra: str = "", **daemon: float) -> None:
+    lab.write_config(extra, **daemon)
     for args in (("db", "upgrade"), ("nodes", "sync", "--no-slurm")):
         done = lab.run("clustermgr", *args)
         assert done.returncode == 0, done.stderr
@@ -302,6 +304,56 @@ def test_every_periodic_job_fires_and_keeps_firing_after_a_reload_and_clock_step
     wait_until(lambda: len(lab.lines("wall clock stepped")) > stepped, 20, "the step back")
     jobs_fire(lab, "after the clock stepped back")
     assert lab.daemon is not None and lab.daemon.poll() is None, lab.said()[-2000:]
+
+
+def test_reloads_more_frequent_than_a_job_do_not_starve_it(lab: Lab) -> None:
+    """A SIGHUP every second re-arms the scheduler; a job with a 4 s period still runs
+    (each keeps its planned run: re-arming it a whole period away would push it back for
+    ever, as an hourly catalog behind a config-management tool's reloads would be)."""
+    prepare(lab, interval_s=3600, reconcile_interval_s=4, catalog_refresh_s=4)
+    lab.start()
+    wait_until(lambda: lab.lines("cycle: "), 30, "the first cycle")
+    assert lab.daemon is not None
+    catalog: set[object] = set()
+    deadline = time.monotonic() + 12
+    while time.monotonic() < deadline:
+        lab.daemon.send_signal(signal.SIGHUP)
+        time.sleep(1)
+        catalog.add(lab.query("SELECT max(updated_at) FROM instance_types")[0][0])
+    assert len(lab.lines("configuration reloaded")) >= 8
+    assert len(lab.lines("reconcile: ")) >= 2, lab.said()[-3000:]
+    assert len(catalog - {None}) >= 2, catalog
+
+
+DIRECTORS = f"""
+[[directors]]
+provider = "aws1"
+instance_type = "m5.large"
+image = "{IMAGE}"
+required = false
+[images]
+sync_interval_s = 1
+"""
+
+
+def test_the_director_sync_job_runs_on_its_own(lab: Lab) -> None:
+    """Between scale cycles (an hour apart here) the director-sync job still runs every
+    poll period: a serving director that has no address yet is reported each time."""
+    prepare(lab, DIRECTORS, interval_s=3600)
+    lab.start()
+    wait_until(lambda: lab.lines("cycle: "), 30, "the first cycle")
+    region = lab.query("SELECT id FROM regions")[0][0]
+    with sqlite3.connect(lab.workdir / "cm.db", timeout=30) as conn:
+        conn.execute(
+            "INSERT INTO directors (name, region_id, state, state_reason, health, created_at, "
+            "updated_at) VALUES ('dir-aws1', ?, 'ready', '', '', datetime(), datetime())",
+            (region,),
+        )
+    added = time.monotonic()
+    unsynced = "director sync: director dir-aws1: no address yet; not synced"
+    wait_until(lambda: len(lab.lines(unsynced)) >= 2, 30, "two runs of the director-sync job")
+    assert time.monotonic() - added < 2 * DIRECTOR_SYNC_POLL_S + 5
+    assert len(lab.lines("cycle: ")) == 1  # no scale cycle ran meanwhile: the job ran alone
 
 
 # --- the watchdog: fed while the cycle makes progress -----------------------------------
