@@ -85,6 +85,7 @@ class Daemon:
         self.clock = ClockWatch()
         self.unshifted_step_s = 0.0  # a clock step whose timers could not be moved yet
         self.watchdog = Watchdog.for_systemd(settings.daemon.stall_timeout_s)
+        self.beat_lock = threading.Lock()  # the heartbeat job and a cycle's end share a file
 
     @property
     def state_dir(self) -> Path:
@@ -374,7 +375,7 @@ class Daemon:
     def heartbeat(self) -> None:
         """The heartbeat job (and the end of every cycle): the file the hooks read and the
         row `clustermgr status` reads, each naming a stall while one holds the watchdog."""
-        with PROGRESS.quiet():  # its commit is not the cycle's progress
+        with PROGRESS.quiet(), self.beat_lock:  # its commit is not the cycle's progress
             self._beat()
 
     def _beat(self) -> None:
