@@ -10,7 +10,10 @@
   a plan is never left half-applied.
 - Only the leader acts. The lock is re-checked before every act step (Engine.guard).
 - SIGHUP reloads the config; an invalid file is refused with one line and the old kept.
-- The heartbeat (file + database row) lets the hooks and `clustermgr status` see us.
+- The heartbeat (file + database row) lets the hooks and `clustermgr status` see us; it
+  runs on its own schedule, so a long cycle does not make the daemon look dead.
+- systemd's watchdog is fed by its own thread while the running cycle makes progress
+  (clustermgr/watchdog.py): a cycle stuck in a call is restarted, a long busy one is not.
 - A step of the wall clock moves every running timer with it (scaling/clockstep.py) and
   re-arms the scheduler, which plans by the wall clock.
 """
@@ -26,7 +29,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
 
@@ -47,9 +50,11 @@ from clustermgr.leader import LeaderLock, make_lock
 from clustermgr.lifecycle import ACTIVE_CLOUD_STATES
 from clustermgr.metrics import Metrics, pending_gpus
 from clustermgr.pricing import price_of
+from clustermgr.progress import PROGRESS
 from clustermgr.providers.base import Provider
 from clustermgr.scaling.clockstep import ClockWatch, shift_timers
 from clustermgr.scaling.engine import CycleReport, Engine
+from clustermgr.watchdog import Watchdog, stall_limit_warnings
 from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET, ensure_spool
 
 log = logging.getLogger("cm-scale")
@@ -79,6 +84,8 @@ class Daemon:
         self.last_scheduled_sync = 0.0  # time.monotonic() of the last full director sync
         self.clock = ClockWatch()
         self.unshifted_step_s = 0.0  # a clock step whose timers could not be moved yet
+        self.watchdog = Watchdog.for_systemd(settings.daemon.stall_timeout_s)
+        self.beat_lock = threading.Lock()  # the heartbeat job and a cycle's end share a file
 
     @property
     def state_dir(self) -> Path:
@@ -104,13 +111,16 @@ class Daemon:
         waker = threading.Thread(target=self._listen_for_pokes, name="wake", daemon=True)
         waker.start()
         sdnotify.ready(f"started as {self.role}")
+        self.watchdog.start()
         self.heartbeat()
         log.info("cm-scale started (pid %d, %s)", os.getpid(), self.status_id)
         for warning in exposed_secret_files(self.settings, self.config_path):
             log.warning("%s", warning.removeprefix("warning: "))
+        for warning in stall_limit_warnings(self.settings):
+            log.warning("%s", warning)
         while not self.stop_event.is_set():
             self.stop_event.wait(0.5)
-            with self.work_lock:
+            with PROGRESS.running("the clock check"), self.work_lock:
                 self._follow_clock_step(move_timers=False)  # re-arm at once, move in a cycle
             if self.reload_event.is_set():
                 self.reload_event.clear()
@@ -120,6 +130,7 @@ class Daemon:
         self.scheduler.shutdown(wait=True)
         with self.work_lock:  # a job that started just before shutdown
             pass
+        self.watchdog.stop()
         self.role = "stopped"
         self.heartbeat()
         self.lock.release()
@@ -128,18 +139,24 @@ class Daemon:
         return 0
 
     def _schedule(self) -> None:
+        """(Re-)arm every periodic job (at start, on a reload, on a step of the clock): the
+        scale cycle at once, each other job at its next run already planned, or one period
+        from now when none is planned within a period (never next_run_time=None, which
+        APScheduler 3 takes as paused: the job would never run)."""
         d = self.settings.daemon
         now = datetime.now(UTC)
-        jobs = [
-            ("scale", self.scale_job, d.interval_s, now),
-            ("reconcile", self.reconcile_job, d.reconcile_interval_s, None),
-            ("catalog", self.catalog_job, d.catalog_refresh_s, None),
-            ("heartbeat", self.heartbeat, min(5.0, d.interval_s / 2), None),
+        jobs: list[tuple[str, Callable[[], None], float]] = [
+            ("scale", self.scale_job, d.interval_s),
+            ("reconcile", self.reconcile_job, d.reconcile_interval_s),
+            ("catalog", self.catalog_job, d.catalog_refresh_s),
+            ("heartbeat", self.heartbeat, min(5.0, d.interval_s / 2)),
         ]
         if self.settings.directors:
             # queued syncs are picked up at once (woken by the pass) or within this period
-            jobs.append(("director-sync", self.director_sync_job, DIRECTOR_SYNC_POLL_S, None))
-        for job_id, func, seconds, first in jobs:
+            jobs.append(("director-sync", self.director_sync_job, DIRECTOR_SYNC_POLL_S))
+        elif self.scheduler.get_job("director-sync") is not None:  # reloaded without directors
+            self.scheduler.remove_job("director-sync")
+        for job_id, func, seconds in jobs:
             self.scheduler.add_job(
                 func,
                 "interval",
@@ -147,10 +164,22 @@ class Daemon:
                 id=job_id,
                 max_instances=1,
                 coalesce=True,
-                next_run_time=first,
+                next_run_time=now if job_id == "scale" else self._next_run(job_id, now, seconds),
                 replace_existing=True,
                 misfire_grace_time=None,
             )
+
+    def _next_run(self, job_id: str, now: datetime, seconds: float) -> datetime:
+        """A re-armed job keeps its planned run when that is within one period (so frequent
+        reloads never starve an hourly job); one planned in the past (the clock stepped
+        forward) runs now; one too far ahead (the clock stepped back) moves to a period
+        from now."""
+        job = self.scheduler.get_job(job_id)
+        planned: datetime | None = getattr(job, "next_run_time", None)
+        period = timedelta(seconds=seconds)
+        if planned is None or planned > now + period:
+            return now + period
+        return max(planned, now)
 
     def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
         self.stop_event.set()
@@ -166,10 +195,11 @@ class Daemon:
             log.error("reload refused, keeping the running config: %s", exc)
             sdnotify.status(f"reload refused: {exc}")
             return
-        with self.work_lock:
+        with PROGRESS.running("the reload"), self.work_lock:
             self.settings = settings
             self.engine = engine
             self.director_sync.settings = settings
+            self.watchdog.stall_limit_s = settings.daemon.stall_timeout_s
             self._schedule()
         log.info("configuration reloaded from %s", self.config_path)
 
@@ -218,14 +248,17 @@ class Daemon:
     def _run_cycle(self, decide: bool) -> None:
         if self.stop_event.is_set():
             return
-        with self.work_lock:
+        with PROGRESS.running("scale cycle" if decide else "reconcile"), self.work_lock:
+            PROGRESS.step("the leader check")
             self._follow_clock_step()  # before any timer is judged
             if not self._lead():
                 return
             self.engine.guard = self.lock.still_leader
             report = self.engine.cycle(decide=decide)
             if decide and self.settings.directors and self.lock.still_leader():
+                PROGRESS.step("the director pass")
                 report.directors = self.run_directors(report)
+            PROGRESS.step("the cycle's metrics")
             self.last_report = report
             self.metrics.observe_cycle(report)
             self._observe_nodes()
@@ -287,21 +320,23 @@ class Daemon:
         every serving director. Leader only; never under the scale lock."""
         if self.stop_event.is_set() or self.role != "leader" or not self.lock.still_leader():
             return
-        lines = self.director_sync.run_queued()
-        due = self.last_scheduled_sync + self.settings.images.sync_interval_s
-        if time.monotonic() >= due:
-            self.last_scheduled_sync = time.monotonic()
-            lines += self.director_sync.sync_scheduled()
+        with PROGRESS.quiet():  # a long rsync is not the cycle's progress, nor its stall
+            lines = self.director_sync.run_queued()
+            due = self.last_scheduled_sync + self.settings.images.sync_interval_s
+            if time.monotonic() >= due:
+                self.last_scheduled_sync = time.monotonic()
+                lines += self.director_sync.sync_scheduled()
         for line in lines:
             log.info("director sync: %s", line)
 
     def catalog_job(self) -> None:
         from clustermgr.catalog import store_catalog
 
-        with self.work_lock:
+        with PROGRESS.running("catalog refresh"), self.work_lock:
             if self.role != "leader":
                 return
             for name in sorted({t.provider for t in self.settings.templates}):
+                PROGRESS.step(f"the catalog of {name}")
                 try:
                     types = self.engine.provider(name).catalog()
                     with self.db.session() as session:
@@ -338,14 +373,22 @@ class Daemon:
         return total
 
     def heartbeat(self) -> None:
+        """The heartbeat job (and the end of every cycle): the file the hooks read and the
+        row `clustermgr status` reads, each naming a stall while one holds the watchdog."""
+        with PROGRESS.quiet(), self.beat_lock:  # its commit is not the cycle's progress
+            self._beat()
+
+    def _beat(self) -> None:
         now = datetime.now(UTC)
         report = self.last_report
         view = report.view if report else None
-        beat = {
+        stall = self.watchdog.stalled
+        beat: dict[str, object] = {
             "pid": os.getpid(),
             "host": socket.gethostname(),
             "role": self.role,
             "at": now.isoformat(),
+            **({"stalled": stall.line()} if stall else {}),
         }
         try:
             write_heartbeat(self.state_dir, beat)
@@ -363,6 +406,9 @@ class Daemon:
                     row.last_cycle_ok = report.error is None
                     row.last_cycle_summary = report.summary()[:1000]
                     row.last_cycle_duration_s = report.duration_s
+                if stall is not None:
+                    before = f"; the cycle before: {report.summary()}" if report else ""
+                    row.last_cycle_summary = f"{stall.line()}{before}"[:1000]
                 if view is not None:
                     row.pending_jobs = sum(j.array_tasks for j in view.pending)
                     row.pending_gpus = pending_gpus(view)
@@ -370,7 +416,6 @@ class Daemon:
                 session.add(row)
         except ClusterMgrError as exc:
             log.warning("heartbeat not recorded in the database: %s", exc)
-        sdnotify.watchdog()
 
 
 def director_pass(

@@ -60,6 +60,10 @@ class DaemonSettings(StrictModel):
     state_dir: Path = Path("/var/lib/clustermgr")
     orphan_grace_s: float = Field(300.0, ge=0)
     heartbeat_stale_s: float = Field(120.0, gt=0)
+    # a running cycle with no progress (no Slurm command, cloud call or commit returned) for
+    # this long stops the systemd watchdog's pings (clustermgr/watchdog.py); above every
+    # single call's own timeout, so only a call hung past its timeouts counts
+    stall_timeout_s: float = Field(300.0, gt=0, le=86400)
     metrics_address: str = "127.0.0.1"
     metrics_port: int = Field(9464, ge=0, le=65535)
     protect_after_failures: int = Field(10, ge=0)

@@ -19,6 +19,7 @@ from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
 from sqlalchemy.orm import Session, sessionmaker
 
+from clustermgr import progress
 from clustermgr.errors import ConfigError, DatabaseError, SchemaOutOfDateError
 
 # The newest migration's revision, checked without importing Alembic so the CLI and the
@@ -134,6 +135,7 @@ class Database:
         try:
             yield session
             session.commit()
+            progress.beat()
         except SQLAlchemyError as exc:
             session.rollback()
             if _is_stale(exc):

@@ -17,6 +17,7 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from clustermgr import progress
 from clustermgr.bootstrap import render_user_data
 from clustermgr.config import Settings
 from clustermgr.db.engine import Database
@@ -95,6 +96,7 @@ class Actor:
         if provider is None:
             error = LaunchError(ErrorKind.OTHER, "ProviderUnavailable", "provider not reachable")
             return self._fail_all(outcome, error)
+        progress.step(f"launching {len(order.nodes)} of {order.template} ({order.request_id})")
         try:
             result = provider.launch(self.spec(order), len(order.nodes), order.request_id)
         except ProviderError as exc:
@@ -369,6 +371,7 @@ class Actor:
             provider = self.providers.get(name)
             if provider is None:
                 continue
+            progress.step(f"terminating {len(ids)} instances on {name}")
             try:
                 provider.terminate(ids, f"{why}-{self.clock():%Y%m%d%H%M%S}")
                 done.update(ids)

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+from clustermgr import progress
 from clustermgr.config import Settings
 from clustermgr.db.engine import Database
 from clustermgr.directors.gate import read_gate
@@ -195,6 +196,7 @@ class Engine:
     def _judge_decide_act(
         self, report: CycleReport, snapshot: Snapshot, dry_run: bool, decide: bool
     ) -> None:
+        progress.step("reconcile")
         judgment = reconcile(self.settings, snapshot, self.settings.daemon.orphan_grace_s)
         report.judgment = judgment
         view = with_waits(build_view(self.settings, snapshot, judgment), snapshot.director_waits)
@@ -202,6 +204,7 @@ class Engine:
         if decide:
             view = view.with_proposed(initial_decision(view))
             report.view = view
+            progress.step("the policies")
             result = self.runner.run(view)
             if result.error:
                 report.error = f"{result.error}; no scaling action this cycle"
@@ -225,6 +228,7 @@ class Engine:
             self.actor_name,
             slurm_nodes=snapshot.workload.nodes,
         )
+        progress.step("acting on the verdicts")
         act.act_on_judgment(actor, snapshot, judgment, report.acted)
         report.acted.registered = judgment.names(Verdict.REGISTER)
         act.finish(judgment)
@@ -233,6 +237,7 @@ class Engine:
             if not self.guard():
                 report.error = "no longer the leader; the plan was not applied"
                 return
+            progress.step("acting on the plan")
             act.act_on_plan(actor, self.settings, view, plan, report.acted, self.guard)
         report.error = report.error or report.acted.error
 
@@ -242,6 +247,7 @@ class Engine:
         listed: dict[str, dict[str, CloudInstance]] = {}
         used = {t.provider for t in self.settings.templates}
         for name in sorted(used):
+            progress.step(f"listing the instances of provider {name}")
             try:
                 listed[name] = self.provider(name).list_instances()
             except (ProviderError, ClusterMgrError) as exc:

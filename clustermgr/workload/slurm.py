@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from clustermgr import progress
 from clustermgr.errors import WorkloadError
 from clustermgr.inputs import ADDRESS_RULE, is_host_address, slurm_word_problem
 from clustermgr.workload.base import (
@@ -46,6 +47,7 @@ class SlurmCli:
         path = self.bin_dir / command
         argv = [str(path), *args]
         shown = " ".join([command, *args])[:120]
+        progress.step(f"Slurm's `{command}`")
         try:
             done = subprocess.run(
                 argv,
@@ -63,6 +65,7 @@ class SlurmCli:
                 f"`{shown}` did not answer within {timeout_s or self.timeout_s:.0f} s "
                 "(is slurmctld running and reachable?)"
             ) from None
+        progress.beat()
         if done.returncode != 0:
             stdout, stderr = (out.decode("utf-8", "replace") for out in (done.stdout, done.stderr))
             message = _first_line(stderr) or _first_line(stdout) or "no message"

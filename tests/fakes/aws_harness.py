@@ -57,6 +57,15 @@ AWS_ENV = (
 )
 
 
+def fake_aws_env() -> dict[str, str]:
+    """What a child process (cm-scale, clustermgr) needs to reach FakeAws with the good key."""
+    return {
+        "AWS_ACCESS_KEY_ID": ACCESS_KEY,
+        "AWS_SECRET_ACCESS_KEY": SECRET_KEY,
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+
+
 @contextlib.contextmanager
 def aws_env(values: dict[str, str]) -> Iterator[None]:
     """Set `values`, unset the other AWS_* variables above; restore all on exit."""

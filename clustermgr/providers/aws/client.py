@@ -13,6 +13,7 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
+from clustermgr import progress
 from clustermgr.config import ProviderSettings
 
 if TYPE_CHECKING:
@@ -70,6 +71,7 @@ class AwsClients:
                 self._ec2 = session.client(
                     "ec2", endpoint_url=self.settings.endpoint_url, config=self._config()
                 )
+                self._mark_progress(self._ec2, "ec2")
             return self._ec2
 
     def sts(self) -> Any:
@@ -79,7 +81,23 @@ class AwsClients:
                 self._sts = session.client(
                     "sts", endpoint_url=self.settings.endpoint_url, config=self._config()
                 )
+                self._mark_progress(self._sts, "sts")
             return self._sts
+
+    def _mark_progress(self, client: Any, service: str) -> None:
+        """Each API call is a step of the cycle (clustermgr/progress.py): it names the call
+        when it starts (retries included, so a call hung past its timeouts shows as one
+        step) and counts as progress when it returns."""
+        name = self.name
+
+        def started(model: Any = None, **_: Any) -> None:
+            progress.step(f"provider {name}: {service.upper()} {getattr(model, 'name', '?')}")
+
+        def returned(**_: Any) -> None:
+            progress.beat()
+
+        client.meta.events.register(f"before-call.{service}", started)
+        client.meta.events.register(f"after-call.{service}", returned)
 
     def credential_source(self) -> str:
         """Where the credentials came from, for messages (never the credentials)."""

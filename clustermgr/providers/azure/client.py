@@ -14,6 +14,8 @@ from typing import Any
 
 import requests
 from azure.core.credentials import TokenCredential
+from azure.core.pipeline import PipelineRequest, PipelineResponse
+from azure.core.pipeline.policies import SansIOHTTPPolicy
 from azure.core.pipeline.transport import RequestsTransport
 from azure.identity import ClientSecretCredential, DefaultAzureCredential
 from azure.mgmt.compute import ComputeManagementClient
@@ -21,6 +23,7 @@ from azure.mgmt.network import NetworkManagementClient
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
+from clustermgr import progress
 from clustermgr.config import ProviderSettings
 from clustermgr.errors import ProviderError
 from clustermgr.providers.skeleton import auth_error
@@ -113,6 +116,7 @@ class AzureClients:
                 read_timeout=self.settings.api_timeout_s,
             ),
             **RETRY,
+            "per_call_policies": [ProgressMarks(self.settings.name)],
         }
         if self.settings.endpoint_url:
             options["base_url"] = self.settings.endpoint_url
@@ -126,3 +130,28 @@ class AzureClients:
         session.mount("https://", adapter)
         session.mount("http://", adapter)
         return session
+
+
+class ProgressMarks(SansIOHTTPPolicy[Any, Any]):
+    """Each ARM call (a long operation's every poll included) is a step of the cycle
+    (clustermgr/progress.py): named when it starts, progress when it is answered."""
+
+    def __init__(self, provider: str) -> None:
+        super().__init__()
+        self.provider = provider
+
+    def on_request(self, request: PipelineRequest[Any]) -> None:
+        method = request.http_request.method
+        progress.step(f"provider {self.provider}: Azure {method} {_operation(request)}")
+
+    def on_response(
+        self, request: PipelineRequest[Any], response: PipelineResponse[Any, Any]
+    ) -> None:
+        progress.beat()
+
+
+def _operation(request: PipelineRequest[Any]) -> str:
+    """The resource type of an ARM path (virtualMachines, networkInterfaces, ...)."""
+    path = request.http_request.url.split("?", 1)[0]
+    providers = path.split("/providers/")
+    return providers[-1].split("/")[1] if len(providers) > 1 and "/" in providers[-1] else "call"

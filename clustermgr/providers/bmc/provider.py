@@ -37,6 +37,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
+from clustermgr import progress
 from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import (
     TAG_CLUSTER,
@@ -185,6 +186,7 @@ class PowerProvider(CloudProvider[PowerPlan]):
         while True:
             if self.driver.status(node, password) is wanted:
                 return True
+            progress.beat()  # a soft-off that takes minutes is polled, not stalled
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
