@@ -50,6 +50,7 @@ from clustermgr.pricing import price_of
 from clustermgr.providers.base import Provider
 from clustermgr.scaling.clockstep import ClockWatch, shift_timers
 from clustermgr.scaling.engine import CycleReport, Engine
+from clustermgr.staging.service import start_if_configured as start_staging_service
 from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET, ensure_spool
 
 log = logging.getLogger("cm-scale")
@@ -103,6 +104,7 @@ class Daemon:
         self.scheduler.start()
         waker = threading.Thread(target=self._listen_for_pokes, name="wake", daemon=True)
         waker.start()
+        staging = start_staging_service(self.settings, self.db)  # cmsub's channel (root)
         sdnotify.ready(f"started as {self.role}")
         self.heartbeat()
         log.info("cm-scale started (pid %d, %s)", os.getpid(), self.status_id)
@@ -118,6 +120,8 @@ class Daemon:
         sdnotify.stopping()
         log.info("stopping: waiting for the step in progress")
         self.scheduler.shutdown(wait=True)
+        if staging is not None:
+            staging.stop()
         with self.work_lock:  # a job that started just before shutdown
             pass
         self.role = "stopped"

@@ -109,6 +109,13 @@ class StagingSettings(StrictModel):
     s3_part_size_mb: int = Field(64, ge=5, le=5120)
     s3_workers: int = Field(8, ge=1, le=64)
     regions: list[StagingRegionSettings] = []
+    # cmsub's channel to the staging service (a thread of cm-scale, root): a UNIX socket on
+    # the head (SO_PEERCRED tells the caller's uid), and MUNGE-authenticated TCP for data
+    # movers and burst nodes (`listen` on the head, `service` where clients reach it)
+    socket: Path = Path("/run/clustermgr/cmsub.sock")
+    listen: str = Field("", pattern=r"^$|^[^\s:]+:[0-9]{1,5}$")
+    service: str = Field("", pattern=r"^$|^[^\s:]+:[0-9]{1,5}$")
+    credential_max_age_s: float = Field(60.0, gt=0, le=300)  # older MUNGE credentials refused
 
     def region(self, provider: str | None) -> StagingRegionSettings:
         if not self.regions:
