@@ -50,6 +50,7 @@ from clustermgr.pricing import price_of
 from clustermgr.providers.base import Provider
 from clustermgr.scaling.clockstep import ClockWatch, shift_timers
 from clustermgr.scaling.engine import CycleReport, Engine
+from clustermgr.staging.director import staging_demand
 from clustermgr.staging.service import start_if_configured as start_staging_service
 from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET, ensure_spool
 
@@ -396,7 +397,7 @@ def director_pass(
         actor=actor,
     )
     try:
-        done = lifecycle.run(demand)
+        done = lifecycle.run({*demand, *staging_demand(settings, database)})
     except ClusterMgrError as exc:
         log.warning("director pass failed: %s", exc)
         return f"failed: {exc}"

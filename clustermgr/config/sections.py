@@ -116,6 +116,10 @@ class StagingSettings(StrictModel):
     listen: str = Field("", pattern=r"^$|^[^\s:]+:[0-9]{1,5}$")
     service: str = Field("", pattern=r"^$|^[^\s:]+:[0-9]{1,5}$")
     credential_max_age_s: float = Field(60.0, gt=0, le=300)  # older MUNGE credentials refused
+    # a transfer whose region's director is not READY waits for it this long, asking again
+    # every director_poll_s (its row `waiting`, its region demand for the director)
+    director_wait_s: float = Field(3600.0, ge=0)
+    director_poll_s: float = Field(15.0, gt=0)
 
     def region(self, provider: str | None) -> StagingRegionSettings:
         if not self.regions:

@@ -363,7 +363,13 @@ class Ledger:
             }
         if row.transport == "rsync":
             areas.ensure_user_root(root, who.name, who.uid, who.gid)  # again: swapped since?
-            plan["area"], plan["root"] = self._reachable(plan["area"], root)
+            found = director.reach(self.settings, self.database, plan["area"])
+            if not found.ready:  # its region's director is demand now: cm-scale brings it up
+                with self.database.session() as session:
+                    row = self._owned(session, who, args.get("transfer"))
+                    row.state, row.error = director.WAITING, found.waiting_line()
+                return {"wait": found.waiting_line()}
+            plan["area"], plan["root"] = self._reachable(plan["area"], found, root)
         with self.database.session() as session:
             row = self._owned(session, who, args.get("transfer"))
             row.state = "running"
@@ -430,15 +436,22 @@ class Ledger:
                         "transport": row.transport,
                     }
                 )
+        reachable = []
         for item in found:
             if item["transport"] == "rsync":
-                item["area"], item["root"] = self._reachable(item["area"], item["root"])
-        return found
+                where = director.reach(self.settings, self.database, item["area"])
+                if not where.ready:
+                    continue  # cleaned at a later stage-out
+                item["area"], item["root"] = self._reachable(item["area"], where, item["root"])
+            reachable.append(item)
+        return reachable
 
-    def _reachable(self, area: str, root: str) -> tuple[str, str]:
-        """`area` and its root (a prefix of it) with `{director}` replaced by the address."""
-        resolved = director.resolve(self.settings, self.database, area)
-        return resolved, resolved[: len(resolved) - (len(area) - len(root))]
+    @staticmethod
+    def _reachable(area: str, found: director.Reach, root: str) -> tuple[str, str]:
+        """The area and its root (a prefix of `area`), `{director}` replaced by the READY
+        director's address (`found`)."""
+        suffix = len(area) - len(root)
+        return found.area, found.area[: len(found.area) - suffix]
 
     def cleaned(self, who: Account, args: dict[str, Any]) -> dict[str, Any]:
         stage_ids = args.get("stage_ids")

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -122,12 +123,41 @@ def move_rsync(
     return entries, report
 
 
+def _failed(settings: Settings, transfer_id: int, message: str) -> None:
+    """Record the failure; after a failed stage-in, cancel the chain's job and stage-out
+    (as this user: Slurm cancels only the user's own jobs)."""
+    answer = client.call(settings.staging, "finish", transfer=transfer_id, error=message)
+    slurm = settings.slurm
+    with contextlib.suppress(ClusterMgrError):
+        chain.scancel(slurm.bin_dir, list(answer.get("cancel") or []), slurm.command_timeout_s)
+
+
+def _plan(settings: Settings, transfer_id: int, progress: Progress) -> dict[str, Any]:
+    """The service's plan; while the region's director is not READY, wait for it (the
+    service records the wait, and cm-scale brings the director up)."""
+    staging = settings.staging
+    deadline = time.monotonic() + staging.director_wait_s
+    shown = ""
+    while True:
+        plan = client.call(
+            staging, "begin", transfer=transfer_id, slurm_job=os.environ.get("SLURM_JOB_ID", "")
+        )
+        waiting = str(plan.get("wait") or "")
+        if not waiting:
+            return plan
+        if time.monotonic() >= deadline:
+            message = f"gave up after {staging.director_wait_s:.0f} s {waiting}"
+            _failed(settings, transfer_id, message)
+            raise StagingError(message)
+        if waiting != shown:
+            progress.note(waiting)
+            shown = waiting
+        time.sleep(staging.director_poll_s)
+
+
 def run(settings: Settings, transfer_id: int, progress: Progress) -> Report:
     staging = settings.staging
-    plan = client.call(
-        staging, "begin", transfer=transfer_id, slurm_job=os.environ.get("SLURM_JOB_ID", "")
-    )
-    job = job_of(plan)
+    job = job_of(_plan(settings, transfer_id, progress))
     try:
         _check_area(job)
         _check_sources(job)
@@ -138,10 +168,7 @@ def run(settings: Settings, transfer_id: int, progress: Progress) -> Report:
             progress.end()
     except (ClusterMgrError, OSError) as exc:
         message = str(exc) if isinstance(exc, ClusterMgrError) else f"{exc.strerror}: {exc}"
-        answer = client.call(staging, "finish", transfer=job.id, error=message)
-        slurm = settings.slurm
-        with contextlib.suppress(ClusterMgrError):
-            chain.scancel(slurm.bin_dir, list(answer.get("cancel") or []), slurm.command_timeout_s)
+        _failed(settings, job.id, message)
         raise StagingError(f"stage-{job.direction} failed: {message}") from exc
     answer = client.call(
         staging,
