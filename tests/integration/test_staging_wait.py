@@ -50,7 +50,7 @@ def test_a_stage_in_waits_for_its_director_and_then_runs_through_it(tmp_path: Pa
         env = {**os.environ, "CLUSTERMGR_CONFIG": str(config), "PYTHONPATH": str(REPO)}
         env.pop("CLUSTERMGR_DB", None)
         settings = load_settings(config)
-        database = Database(settings.database.url)
+        database = Database(str(settings.database.url))
         database.upgrade()
         with database.session() as session:
             session.add(Provider(name="lab", type="local", region="here", credentials_source="-"))

@@ -13,11 +13,13 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sqlite3
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -82,7 +84,7 @@ class StageLab:
         tool = argv[0] if argv[0].startswith("/") else str(BIN / argv[0])
         return as_user(user.name, [tool, *argv[1:]], env=self.env, input_text=stdin)
 
-    def raw(self, user: Account, request: dict[str, object]) -> dict[str, object]:
+    def raw(self, user: Account, request: Mapping[str, object]) -> dict[str, object]:
         argv = [sys.executable, "-c", RAW_REQUEST, "unix", str(self.socket), json.dumps(request)]
         done = as_user(user.name, argv)
         assert done.returncode == 0, done.stderr
@@ -506,8 +508,6 @@ def munge_service(lab: StageLab) -> Iterator[tuple[StagingService, Path]]:
 def test_requests_over_tcp_carry_a_fresh_munge_credential_for_that_request(
     lab: StageLab, accounts: Accounts, alice_dir: Path, munge_service: tuple[StagingService, Path]
 ) -> None:
-    import time
-
     service, client_config = munge_service
     alice, mallory = accounts.victim, accounts.attacker
     where = f"127.0.0.1:{service.tcp_port}"
@@ -546,3 +546,58 @@ def test_requests_over_tcp_carry_a_fresh_munge_credential_for_that_request(
     assert not old["ok"] and "stale" in str(old["error"]), old
     assert not send(body, "MUNGE:forged:")["ok"]
     assert [r[4] for r in lab.rows()] == ["pending", "pending"]
+
+
+def test_cm_scale_serves_the_channel_and_takes_it_down_on_stop(
+    lab: StageLab, accounts: Accounts, alice_dir: Path
+) -> None:
+    """The service as sites run it: threads of cm-scale, its socket gone when it stops."""
+    alice = accounts.victim
+    socket_path = lab.root / "run" / "daemon.sock"
+    config = _write_config(
+        lab.root,
+        "daemon.toml",
+        str(socket_path),
+    )
+    config.write_text(
+        config.read_text()
+        + f"[daemon]\ninterval_s = 600\nreconcile_interval_s = 600\nmetrics_port = 0\n"
+        f'state_dir = "{lab.root}/state/daemon"\n'
+    )
+    log = (lab.root / "state" / "daemon.log").open("wb")
+    daemon = subprocess.Popen(
+        [str(BIN / "cm-scale"), "--skip-slurm-check", "--config", str(config)],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "CLUSTERMGR_CONFIG": str(config)},
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while not socket_path.is_socket() and time.monotonic() < deadline:
+            assert daemon.poll() is None, (lab.root / "state" / "daemon.log").read_text()
+            time.sleep(0.2)
+        assert socket_path.is_socket()
+        assert socket_path.stat().st_mode & 0o777 == 0o666
+        make_tree(alice, alice_dir)
+        env = {**lab.env, "CLUSTERMGR_CONFIG": str(config)}
+        done = as_user(
+            alice.name,
+            [
+                str(BIN / "cmsub"),
+                "--stage-in",
+                f"{alice_dir / 'data'}:in",
+                "--json",
+                str(alice_dir / "job.sh"),
+            ],
+            env=env,
+        )
+        assert done.returncode == 0, done.stderr
+        chain = json.loads(done.stdout)
+        status = as_user(alice.name, [str(BIN / "cmsub"), "--status", str(chain["job"])], env=env)
+        assert status.returncode == 0 and "pending" in status.stdout, status.stderr
+        assert [(r[1], r[4]) for r in lab.rows()] == [(alice.name, "pending")] * 2
+    finally:
+        daemon.send_signal(signal.SIGTERM)
+        daemon.wait(timeout=60)
+        log.close()
+    assert not os.path.lexists(socket_path)
