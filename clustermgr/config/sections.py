@@ -96,6 +96,7 @@ class StagingRegionSettings(StrictModel):
     s3_bucket: str = ""
     s3_prefix: str = "cmsub"
     s3_endpoint_url: str | None = None  # default: the provider's endpoint_url
+    s3_role_arn: str = ""  # the role the service assumes to mint users' S3 credentials
 
 
 class StagingSettings(StrictModel):
@@ -120,6 +121,8 @@ class StagingSettings(StrictModel):
     # every director_poll_s (its row `waiting`, its region demand for the director)
     director_wait_s: float = Field(3600.0, ge=0)
     director_poll_s: float = Field(15.0, gt=0)
+    # users' S3 credentials (minted per transfer, scoped to their prefix) last this long
+    s3_credentials_s: int = Field(43200, ge=900, le=129600)
 
     def region(self, provider: str | None) -> StagingRegionSettings:
         if not self.regions:

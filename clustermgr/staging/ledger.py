@@ -31,7 +31,14 @@ from clustermgr.config import Settings, StagingRegionSettings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Transfer
 from clustermgr.errors import ClusterMgrError, ConfigError, UsageError
-from clustermgr.staging import areas, director, records, rsync_transport, s3_transport
+from clustermgr.staging import (
+    areas,
+    director,
+    records,
+    rsync_transport,
+    s3_access,
+    s3_transport,
+)
 from clustermgr.staging.checks import area_path, check_quota
 from clustermgr.staging.wire import Caller, Refused
 
@@ -141,9 +148,9 @@ def locate(
     return area, area
 
 
-def root_of(settings: Settings, row: Transfer) -> str | None:
-    """The staging root (`rsync_target`, or `s3://BUCKET/PREFIX`) whose `<root>/<user>/`
-    holds the row's area; None when no region's does (a row not written by us)."""
+def home_of(settings: Settings, row: Transfer) -> tuple[StagingRegionSettings, str] | None:
+    """The region and staging root (`rsync_target`, or `s3://BUCKET/PREFIX`) whose
+    `<root>/<user>/` holds the row's area; None when none does (a row not written by us)."""
     for region in settings.staging.regions:
         if row.transport == "s3" and region.s3_bucket:
             base = region.s3_prefix.strip("/")
@@ -156,7 +163,7 @@ def root_of(settings: Settings, row: Transfer) -> str | None:
             areas.check_inside(row.stage_dir.rstrip("/"), root, row.user)
         except ClusterMgrError:
             continue
-        return root
+        return region, root
     return None
 
 
@@ -348,9 +355,10 @@ class Ledger:
             row = self._owned(session, who, args.get("transfer"))
             if row.state in ("submitting", "cancelled"):
                 raise Refused(f"transfer {row.id} is {row.state}: nothing to run")
-            root = root_of(self.settings, row)
-            if root is None:
+            home = home_of(self.settings, row)
+            if home is None:
                 raise Refused(f"transfer {row.id}: its area {row.stage_dir!r} is not yours")
+            region, root = home
             plan: dict[str, Any] = {
                 "transfer": row.id,
                 "direction": row.direction,
@@ -361,6 +369,8 @@ class Ledger:
                 "root": root,
                 "items": list(row.items or []),
             }
+        if row.transport == "s3":
+            plan["s3"] = self._s3_access(region, who)
         if row.transport == "rsync":
             areas.ensure_user_root(root, who.name, who.uid, who.gid)  # again: swapped since?
             found = director.reach(self.settings, self.database, plan["area"])
@@ -405,9 +415,14 @@ class Ledger:
         clean = self._to_clean(who) if error is None and direction == "out" else []
         return {"cancel": to_cancel, "clean": clean}
 
-    def _to_clean(self, who: Account) -> list[dict[str, str]]:
+    def _s3_access(self, region: StagingRegionSettings, who: Account) -> dict[str, Any]:
+        """Temporary credentials for the caller's own prefix (never the provider's keys)."""
+        duration = self.settings.staging.s3_credentials_s
+        return s3_access.mint(self.settings.provider(region.provider), region, who.name, duration)
+
+    def _to_clean(self, who: Account) -> list[dict[str, Any]]:
         cutoff = records.now() - timedelta(seconds=self.settings.staging.retention_s)
-        found: list[dict[str, str]] = []
+        found: list[dict[str, Any]] = []
         with self.database.session() as session:
             outs = session.scalars(
                 select(Transfer).where(
@@ -419,8 +434,8 @@ class Ledger:
                 )
             ).all()
             for row in outs:
-                root = root_of(self.settings, row)
-                if root is None or row.user != who.name:
+                home = home_of(self.settings, row)
+                if home is None or row.user != who.name:
                     log.warning(
                         "transfer %d: area %r is not inside %s's staging area: not cleaned",
                         row.id,
@@ -432,12 +447,15 @@ class Ledger:
                     {
                         "stage_id": row.stage_id,
                         "area": row.stage_dir,
-                        "root": root,
+                        "root": home[1],
                         "transport": row.transport,
+                        "region": home[0].provider,
                     }
                 )
-        reachable = []
+        reachable: list[dict[str, Any]] = []
         for item in found:
+            if item["transport"] == "s3":
+                item["s3"] = self._s3_access(self.settings.staging.region(item["region"]), who)
             if item["transport"] == "rsync":
                 where = director.reach(self.settings, self.database, item["area"])
                 if not where.ready:

@@ -83,17 +83,13 @@ def _check_sources(job: Job) -> None:
     check_links(job.stage_in)  # links made since submission (rsync --safe-links skips them)
 
 
-def _move(settings: Settings, job: Job, progress: Progress) -> tuple[list[FileEntry], Report]:
+def _move(
+    settings: Settings, job: Job, access: dict[str, Any] | None, progress: Progress
+) -> tuple[list[FileEntry], Report]:
     if job.transport == "s3":
-        region = next(
-            (r for r in settings.staging.regions if r.s3_bucket == job.area[5:].split("/")[0]),
-            None,
-        )
-        if region is None:
-            raise StagingError(f"{job.area}: no [[staging.regions]] has this bucket")
-        s3 = s3_transport.client(
-            settings.provider(region.provider), region, settings.staging.s3_workers
-        )
+        if not access:
+            raise StagingError(f"{job.area}: the staging service gave no S3 credentials")
+        s3 = s3_transport.client_with(access, settings.staging.s3_workers)
         bucket = s3_transport.parse_area(job.area)
         if job.direction == "in":
             return s3_transport.stage_in(s3, settings.staging, job.stage_in, bucket, progress)
@@ -157,13 +153,14 @@ def _plan(settings: Settings, transfer_id: int, progress: Progress) -> dict[str,
 
 def run(settings: Settings, transfer_id: int, progress: Progress) -> Report:
     staging = settings.staging
-    job = job_of(_plan(settings, transfer_id, progress))
+    plan = _plan(settings, transfer_id, progress)
+    job = job_of(plan)
     try:
         _check_area(job)
         _check_sources(job)
         progress.begin(f"stage-{job.direction} {job.stage_id}", _expected(job))
         try:
-            _entries, report = _move(settings, job, progress)
+            _entries, report = _move(settings, job, plan.get("s3"), progress)
         finally:
             progress.end()
     except (ClusterMgrError, OSError) as exc:
@@ -201,26 +198,22 @@ def _tree_size(root: Path) -> int:
     return sum((Path(r) / n).lstat().st_size for r, _d, names in os.walk(root) for n in names)
 
 
-def clean(settings: Settings, user: str, finished: list[dict[str, str]]) -> list[str]:
+def clean(settings: Settings, user: str, finished: list[dict[str, Any]]) -> list[str]:
     """Remove the finished areas the service named, each only when it is inside this
     user's own area (`<root>/<user>/`); tell the service which went."""
     removed: list[str] = []
     for item in finished:
         with contextlib.suppress(ClusterMgrError, OSError, KeyError):
             areas.check_inside(item["area"], item["root"], user)
-            _remove(settings, item["area"], item["transport"])
+            _remove(settings, item)
             client.call(settings.staging, "cleaned", stage_ids=[item["stage_id"]])
             removed.append(item["area"])
     return removed
 
 
-def _remove(settings: Settings, area: str, transport: str) -> None:
-    if transport == "s3":
-        parsed = s3_transport.parse_area(area)
-        region = next(r for r in settings.staging.regions if r.s3_bucket == parsed.bucket)
-        s3 = s3_transport.client(
-            settings.provider(region.provider), region, settings.staging.s3_workers
-        )
-        s3_transport.remove_area(s3, parsed)
+def _remove(settings: Settings, item: dict[str, Any]) -> None:
+    if item["transport"] == "s3":
+        s3 = s3_transport.client_with(item["s3"], settings.staging.s3_workers)
+        s3_transport.remove_area(s3, s3_transport.parse_area(item["area"]))
     else:
-        rsync_transport.remove_area(area)
+        rsync_transport.remove_area(item["area"])

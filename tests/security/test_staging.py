@@ -9,6 +9,7 @@ a shell run as alice that reads the staged tree and writes results.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -118,49 +119,60 @@ def _write_config(
     return config
 
 
+def prepare(root: Path) -> Path:
+    """A lab's directories: the database's (root's alone), the socket's, and the stand-in
+    Slurm's (its bin_dir, returned)."""
+    (root / "state").mkdir(mode=0o700)
+    (root / "run").mkdir(mode=0o755)
+    bin_dir = root / "slurm-bin"
+    bin_dir.mkdir(mode=0o755)
+    for tool in ("sbatch", "scontrol", "scancel"):
+        (bin_dir / tool).write_text(FAKE_SLURM.format(python=sys.executable))
+        (bin_dir / tool).chmod(0o755)
+    for shared in ("calls.log", "next_id"):  # the stand-ins' own state
+        (bin_dir / shared).write_text("")
+        (bin_dir / shared).chmod(0o666)  # the stand-in Slurm's log
+    return bin_dir
+
+
+@contextlib.contextmanager
+def serving(root: Path, config: Path, area_root: Path) -> Iterator[StageLab]:
+    """The database (0600, root's) made by `clustermgr db upgrade`, and the staging service
+    started on it as cm-scale starts it, for the lab `prepare` made."""
+    env = {"CLUSTERMGR_CONFIG": str(config), "PYTHONPATH": str(REPO)}
+    upgrade = subprocess.run(
+        [str(BIN / "clustermgr"), "db", "upgrade"],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert upgrade.returncode == 0, upgrade.stderr
+    db_path = root / "state" / "cm.db"
+    db_path.chmod(0o600)
+    database = Database(f"sqlite:///{db_path}")
+    service = StagingService(load_settings(config), database)
+    try:
+        service.start()
+        socket_path = root / "run" / "cmsub.sock"
+        yield StageLab(root, db_path, socket_path, area_root, root / "slurm-bin", env, database)
+    finally:
+        service.stop()
+        database.dispose()
+
+
 @pytest.fixture
 def lab(accounts: Accounts) -> Iterator[StageLab]:
     root = Path(tempfile.mkdtemp(prefix="cmsec-staging-"))
     root.chmod(0o755)
-    database: Database | None = None
-    service: StagingService | None = None
     try:
-        (root / "state").mkdir(mode=0o700)  # the database: root's alone
-        (root / "run").mkdir(mode=0o755)
+        prepare(root)
         area_root = root / "staging"
         area_root.mkdir()
         area_root.chmod(0o1777)  # the worst an admin could choose: anyone may make entries
-        bin_dir = root / "slurm-bin"
-        bin_dir.mkdir(mode=0o755)
-        for tool in ("sbatch", "scontrol", "scancel"):
-            (bin_dir / tool).write_text(FAKE_SLURM.format(python=sys.executable))
-            (bin_dir / tool).chmod(0o755)
-        for shared in ("calls.log", "next_id"):  # the stand-ins' own state
-            (bin_dir / shared).write_text("")
-            (bin_dir / shared).chmod(0o666)  # the stand-in Slurm's log
-        config = _write_config(root)
-        env = {"CLUSTERMGR_CONFIG": str(config), "PYTHONPATH": str(REPO)}
-        upgrade = subprocess.run(
-            [str(BIN / "clustermgr"), "db", "upgrade"],
-            env={**os.environ, **env},
-            capture_output=True,
-            text=True,
-            check=False,
-        )
-        assert upgrade.returncode == 0, upgrade.stderr
-        db_path = root / "state" / "cm.db"
-        db_path.chmod(0o600)
-        database = Database(f"sqlite:///{db_path}")
-        service = StagingService(load_settings(config), database)
-        service.start()
-        yield StageLab(
-            root, db_path, root / "run" / "cmsub.sock", area_root, bin_dir, env, database
-        )
+        with serving(root, _write_config(root), area_root) as staged:
+            yield staged
     finally:
-        if service is not None:
-            service.stop()
-        if database is not None:
-            database.dispose()
         shutil.rmtree(root, ignore_errors=True)
 
 
