@@ -369,9 +369,9 @@ class Ledger:
                 "root": root,
                 "items": list(row.items or []),
             }
-        if row.transport == "s3":
+        if plan["transport"] == "s3":
             plan["s3"] = self._s3_access(region, who)
-        if row.transport == "rsync":
+        if plan["transport"] == "rsync":
             areas.ensure_user_root(root, who.name, who.uid, who.gid)  # again: swapped since?
             found = director.reach(self.settings, self.database, plan["area"])
             if not found.ready:  # its region's director is demand now: cm-scale brings it up
