@@ -54,6 +54,8 @@ from clustermgr.progress import PROGRESS
 from clustermgr.providers.base import Provider
 from clustermgr.scaling.clockstep import ClockWatch, shift_timers
 from clustermgr.scaling.engine import CycleReport, Engine
+from clustermgr.staging.director import staging_demand
+from clustermgr.staging.service import start_if_configured as start_staging_service
 from clustermgr.watchdog import Watchdog, stall_limit_warnings
 from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET, ensure_spool
 
@@ -110,6 +112,7 @@ class Daemon:
         self.scheduler.start()
         waker = threading.Thread(target=self._listen_for_pokes, name="wake", daemon=True)
         waker.start()
+        staging = start_staging_service(self.settings, self.db)  # cmsub's channel (root)
         sdnotify.ready(f"started as {self.role}")
         self.watchdog.start()
         self.heartbeat()
@@ -128,6 +131,8 @@ class Daemon:
         sdnotify.stopping()
         log.info("stopping: waiting for the step in progress")
         self.scheduler.shutdown(wait=True)
+        if staging is not None:
+            staging.stop()
         with self.work_lock:  # a job that started just before shutdown
             pass
         self.watchdog.stop()
@@ -437,7 +442,7 @@ def director_pass(
         actor=actor,
     )
     try:
-        done = lifecycle.run(demand)
+        done = lifecycle.run({*demand, *staging_demand(settings, database)})
     except ClusterMgrError as exc:
         log.warning("director pass failed: %s", exc)
         return f"failed: {exc}"

@@ -63,11 +63,7 @@ def cmsub(argv: list[str]) -> None:
     from clustermgr.staging.submit import submit
 
     spec = parse_argv(argv)
-    app = AppContext(config_path=None, db_url=None)
-    try:
-        done = submit(app.settings(), app.database(), spec, Path.cwd())
-    finally:
-        app.close()
+    done = submit(AppContext(config_path=None, db_url=None).settings(), spec, Path.cwd())
     shown = {  # what a submission runs; the dependencies name the jobs they wait for
         "stage_in": done.argv.stage_in,
         "job": with_dependency(done.argv.job, "afterok", "<stage-in>"),
@@ -97,42 +93,34 @@ def cmsub(argv: list[str]) -> None:
 
 
 def _status(argv: list[str]) -> None:
-    from clustermgr.staging import records
+    from clustermgr.staging import client
 
     words = [w for w in argv if w != "--json"]
     job = words[0].partition("=")[2] if "=" in words[0] else (words[1] if len(words) > 1 else "")
     if not job:
         raise UsageError("cmsub: --status needs a job id")
-    app = AppContext(config_path=None, db_url=None)
-    try:
-        with app.database().session() as session:
-            rows = [records.view(r) for r in records.rows_for_job(session, job)]
-    finally:
-        app.close()
+    if not job.isdigit():
+        raise UsageError(f"cmsub: --status {job!r}: give a Slurm job id")
+    settings = AppContext(config_path=None, db_url=None).settings()
+    rows = client.call(settings.staging, "status", job=job)["transfers"]
     if not rows:
-        raise UsageError(f"cmsub: no cmsub chain holds job {job}")
+        raise UsageError(f"cmsub: none of your cmsub chains holds job {job}")
     table = [
         {
-            "direction": f"stage-{r.direction}",
-            "job": r.transfer_job_id,
-            "state": r.state,
-            "files": r.files_total,
-            "verified": r.files_verified,
-            "bytes": r.bytes_total,
-            "error": r.error,
+            "direction": f"stage-{r['direction']}",
+            "job": r["transfer_job_id"],
+            "state": r["state"],
+            "files": r["files_total"],
+            "verified": r["files_verified"],
+            "bytes": r["bytes_total"],
+            "error": r["error"],
         }
         for r in rows
     ]
     if "--json" in argv:
-        emit_json(
-            {
-                "job": rows[0].job_id,
-                "stage_id": rows[0].stage_id,
-                "transfers": [r.row() for r in rows],
-            }
-        )
+        emit_json({"job": rows[0]["job_id"], "stage_id": rows[0]["stage_id"], "transfers": rows})
         return
-    print(f"job {rows[0].job_id} (stage {rows[0].stage_id}, {rows[0].transport})")
+    print(f"job {rows[0]['job_id']} (stage {rows[0]['stage_id']}, {rows[0]['transport']})")
     emit(table, STATUS_COLUMNS, False, "Transfers")
 
 
@@ -147,8 +135,4 @@ def transfer(argv: list[str]) -> None:
     ids = [a.removeprefix("--transfer=") for a in argv if a.startswith("--transfer=")]
     if len(ids) != 1 or not ids[0].isdigit():
         raise UsageError("cmsub-transfer: usage: cmsub-transfer --transfer=ID")
-    app = AppContext(config_path=None, db_url=None)
-    try:
-        run(app.settings(), app.database(), int(ids[0]), for_stdout())
-    finally:
-        app.close()
+    run(AppContext(config_path=None, db_url=None).settings(), int(ids[0]), for_stdout())

@@ -110,6 +110,7 @@ class StagingRegionSettings(StrictModel):
     s3_bucket: str = ""
     s3_prefix: str = "cmsub"
     s3_endpoint_url: str | None = None  # default: the provider's endpoint_url
+    s3_role_arn: str = ""  # the role the service assumes to mint users' S3 credentials
 
     @field_validator("partition")
     @classmethod
@@ -133,6 +134,19 @@ class StagingSettings(StrictModel):
     s3_part_size_mb: int = Field(64, ge=5, le=5120)
     s3_workers: int = Field(8, ge=1, le=64)
     regions: list[StagingRegionSettings] = []
+    # cmsub's channel to the staging service (a thread of cm-scale, root): a UNIX socket on
+    # the head (SO_PEERCRED tells the caller's uid), and MUNGE-authenticated TCP for data
+    # movers and burst nodes (`listen` on the head, `service` where clients reach it)
+    socket: Path = Path("/run/clustermgr/cmsub.sock")
+    listen: str = Field("", pattern=r"^$|^[^\s:]+:[0-9]{1,5}$")
+    service: str = Field("", pattern=r"^$|^[^\s:]+:[0-9]{1,5}$")
+    credential_max_age_s: float = Field(60.0, gt=0, le=300)  # older MUNGE credentials refused
+    # a transfer whose region's director is not READY waits for it this long, asking again
+    # every director_poll_s (its row `waiting`, its region demand for the director)
+    director_wait_s: float = Field(3600.0, ge=0)
+    director_poll_s: float = Field(15.0, gt=0)
+    # users' S3 credentials (minted per transfer, scoped to their prefix) last this long
+    s3_credentials_s: int = Field(43200, ge=900, le=129600)
 
     @field_validator("data_mover_partition")
     @classmethod

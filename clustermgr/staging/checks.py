@@ -141,6 +141,22 @@ def estimate(stage_in: list[StageIn]) -> Estimate:
     return Estimate(total, files)
 
 
+def check_links(stage_in: list[StageIn]) -> None:
+    """At transfer time, again: no symlink in a tree leads out of it (one made after the
+    submission); a StagingError names the first."""
+    for item in stage_in:
+        if not item.is_dir:
+            continue
+        for root, dirs, names in os.walk(item.source):
+            for name in (*names, *dirs):
+                path = Path(root) / name
+                if path.is_symlink() and _escapes(path, item.source):
+                    raise StagingError(
+                        f"--stage-in {str(item.source)!r}: symlink {str(path)!r} points outside "
+                        "the tree (made after submission?): refused"
+                    )
+
+
 def check_quota(user: str, held: int, wanted: int, quota: int) -> None:
     if held + wanted > quota:
         raise UsageError(

@@ -12,7 +12,8 @@ from sqlalchemy.orm import Session
 
 from clustermgr.db.models import Transfer
 
-HOLDING = ("submitting", "pending", "running", "done")  # their bytes count against the quota
+# their bytes count against the quota
+HOLDING = ("submitting", "pending", "waiting", "running", "done")
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,8 @@ def _decode(name: str) -> str:
 
 
 def _argv(*extra: str) -> list[str]:
-    return ["rsync", "-a", "--partial", f"--timeout={IO_TIMEOUT_S}", *extra]
+    # --safe-links: a link leading out of the tree (made after the checks) is not copied
+    return ["rsync", "-a", "--safe-links", "--partial", f"--timeout={IO_TIMEOUT_S}", *extra]
 
 
 def _run(argv: list[str], stdin: bytes | None = None) -> str:

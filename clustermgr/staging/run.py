@@ -1,31 +1,29 @@
 """The transfer step (`cmsub-transfer --transfer ID`), run by the chain's stage-in and
-stage-out jobs as the job's user: moves and verifies the data, records it, and
+stage-out jobs as the job's user. It asks the staging service for its plan (the service
+checks the transfer is this user's), moves and verifies the data with the user's own
+rights, and reports the result through the same channel. Then
 
-- after a failed stage-in, cancels the chain's job and stage-out (`scancel`), so the job
-  never starts; the reason is on the records (`cmsub --status JOBID`);
-- after a stage-out that verified everything, removes the staging area (at once, or with
-  `[staging] retention_s`, at a later stage-out of the same user).
+- after a failed stage-in, it cancels the chain's job and stage-out (`scancel` as the
+  user: Slurm lets a user cancel only their own jobs); the reason is on the records;
+- after a stage-out that verified everything, it removes the staging areas the service
+  names (at once, or with `[staging] retention_s`, at a later stage-out of the user), each
+  checked to be inside the user's own `<root>/<user>/` first.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from clustermgr.config import Settings
-from clustermgr.db.engine import Database
-from clustermgr.db.models import Transfer
-from clustermgr.errors import ClusterMgrError, NotFoundError, StagingError, UsageError
-from clustermgr.staging import chain, director, records, rsync_transport, s3_transport
-from clustermgr.staging.checks import StageIn, StageOut, area_path
+from clustermgr.errors import ClusterMgrError, StagingError
+from clustermgr.staging import areas, chain, client, rsync_transport, s3_transport
+from clustermgr.staging.checks import StageIn, StageOut, area_path, check_links
 from clustermgr.staging.manifest import FileEntry
 from clustermgr.staging.progress import Progress
 from clustermgr.staging.rsync_transport import Report
@@ -33,89 +31,70 @@ from clustermgr.staging.rsync_transport import Report
 
 @dataclass(frozen=True)
 class Job:
-    """What one transfer step does, read from its row."""
+    """What one transfer step does, as the service planned it."""
 
     id: int
     direction: str
     transport: str
-    uid: int | None
     user: str
     stage_id: str
     area: str
+    root: str  # the staging root; the area is inside <root>/<user>/
     stage_in: list[StageIn]
     stage_out: list[StageOut]
 
 
-def load(database: Database, transfer_id: int) -> Job:
-    with database.session() as session:
-        row = session.get(Transfer, transfer_id)
-        if row is None:
-            raise NotFoundError(f"cmsub-transfer: no transfer {transfer_id}")
-        items: list[Any] = list(row.items or [])
-        incoming = row.direction == "in"
-        stage_in = (
-            [StageIn(Path(i[0]), area_path(i[1], "DEST"), bool(i[2])) for i in items]
-            if incoming
-            else []
-        )
-        stage_out = (
-            [] if incoming else [StageOut(area_path(i[0], "SRC"), Path(i[1])) for i in items]
-        )
-        return Job(
-            row.id,
-            row.direction,
-            row.transport,
-            row.uid,
-            row.user,
-            row.stage_id,
-            row.stage_dir,
-            stage_in,
-            stage_out,
-        )
+def job_of(plan: dict[str, Any]) -> Job:
+    items: list[Any] = list(plan.get("items") or [])
+    incoming = plan["direction"] == "in"
+    stage_in = (
+        [StageIn(Path(i[0]), area_path(i[1], "DEST"), bool(i[2])) for i in items]
+        if incoming
+        else []
+    )
+    stage_out = [] if incoming else [StageOut(area_path(i[0], "SRC"), Path(i[1])) for i in items]
+    job = Job(
+        int(plan["transfer"]),
+        str(plan["direction"]),
+        str(plan["transport"]),
+        str(plan["user"]),
+        str(plan["stage_id"]),
+        str(plan["area"]),
+        str(plan["root"]),
+        stage_in,
+        stage_out,
+    )
+    areas.check_inside(job.area, job.root, job.user)
+    return job
 
 
-@contextlib.contextmanager
-def _row(database: Database, transfer_id: int) -> Iterator[Transfer]:
-    with database.session() as session:
-        row = session.get(Transfer, transfer_id)
-        assert row is not None
-        yield row
+def _check_area(job: Job) -> None:
+    """A local area's `<root>/<user>` is this user's own, closed to others (as the user:
+    the service checked it too, but the data movers may see another filesystem)."""
+    if job.transport == "rsync" and not rsync_transport.is_url(job.root):
+        areas.check_owned(Path(areas.user_root(job.root, job.user)), os.getuid())
 
 
-def _check_owner(job: Job) -> None:
-    if job.uid is not None and os.getuid() != job.uid:
-        raise UsageError(
-            f"cmsub-transfer: transfer {job.id} belongs to uid {job.uid} ({job.user}); it runs "
-            f"as that user's job, not as uid {os.getuid()}"
-        )
-
-
-def _check_readable(job: Job) -> None:
+def _check_sources(job: Job) -> None:
     for item in job.stage_in:  # rights may have changed since submission
         mode = os.R_OK | (os.X_OK if item.is_dir else 0)
         if not os.access(item.source, mode):
             raise StagingError(f"cannot read {str(item.source)!r} (permission denied)")
+    check_links(job.stage_in)  # links made since submission (rsync --safe-links skips them)
 
 
 def _move(
-    settings: Settings, database: Database, job: Job, progress: Progress
+    settings: Settings, job: Job, access: dict[str, Any] | None, progress: Progress
 ) -> tuple[list[FileEntry], Report]:
     if job.transport == "s3":
-        region = next(
-            (r for r in settings.staging.regions if r.s3_bucket == job.area[5:].split("/")[0]),
-            None,
-        )
-        if region is None:
-            raise StagingError(f"{job.area}: no [[staging.regions]] has this bucket")
-        s3 = s3_transport.client(
-            settings.provider(region.provider), region, settings.staging.s3_workers
-        )
+        if not access:
+            raise StagingError(f"{job.area}: the staging service gave no S3 credentials")
+        s3 = s3_transport.client_with(access, settings.staging.s3_workers)
         bucket = s3_transport.parse_area(job.area)
         if job.direction == "in":
             return s3_transport.stage_in(s3, settings.staging, job.stage_in, bucket, progress)
         return s3_transport.stage_out(s3, settings.staging, job.stage_out, bucket, progress)
-    area = director.resolve(settings, database, job.area)
-    return move_rsync(job.direction, area, job.stage_in, job.stage_out, progress)
+    return move_rsync(job.direction, job.area, job.stage_in, job.stage_out, progress)
 
 
 def move_rsync(
@@ -140,39 +119,68 @@ def move_rsync(
     return entries, report
 
 
-def run(settings: Settings, database: Database, transfer_id: int, progress: Progress) -> Report:
-    job = load(database, transfer_id)
-    _check_owner(job)
-    with _row(database, transfer_id) as row:
-        row.state = "running"
-        row.started_at = records.now()
-        row.transfer_job_id = os.environ.get("SLURM_JOB_ID", row.transfer_job_id)
-        row.error = None
+def _failed(settings: Settings, transfer_id: int, message: str) -> None:
+    """Record the failure; after a failed stage-in, cancel the chain's job and stage-out
+    (as this user: Slurm cancels only the user's own jobs)."""
+    answer = client.call(settings.staging, "finish", transfer=transfer_id, error=message)
+    slurm = settings.slurm
+    with contextlib.suppress(ClusterMgrError):
+        chain.scancel(slurm.bin_dir, list(answer.get("cancel") or []), slurm.command_timeout_s)
+
+
+def _plan(settings: Settings, transfer_id: int, progress: Progress) -> dict[str, Any]:
+    """The service's plan; while the region's director is not READY, wait for it (the
+    service records the wait, and cm-scale brings the director up)."""
+    staging = settings.staging
+    deadline = time.monotonic() + staging.director_wait_s
+    shown = ""
+    while True:
+        plan = client.call(
+            staging, "begin", transfer=transfer_id, slurm_job=os.environ.get("SLURM_JOB_ID", "")
+        )
+        waiting = str(plan.get("wait") or "")
+        if not waiting:
+            return plan
+        if time.monotonic() >= deadline:
+            message = f"gave up after {staging.director_wait_s:.0f} s {waiting}"
+            _failed(settings, transfer_id, message)
+            raise StagingError(message)
+        if waiting != shown:
+            progress.note(waiting)
+            shown = waiting
+        time.sleep(staging.director_poll_s)
+
+
+def run(settings: Settings, transfer_id: int, progress: Progress) -> Report:
+    staging = settings.staging
+    plan = _plan(settings, transfer_id, progress)
+    job = job_of(plan)
     try:
-        _check_readable(job)
+        _check_area(job)
+        _check_sources(job)
         progress.begin(f"stage-{job.direction} {job.stage_id}", _expected(job))
         try:
-            _entries, report = _move(settings, database, job, progress)
+            _entries, report = _move(settings, job, plan.get("s3"), progress)
         finally:
             progress.end()
     except (ClusterMgrError, OSError) as exc:
         message = str(exc) if isinstance(exc, ClusterMgrError) else f"{exc.strerror}: {exc}"
-        _failed(settings, database, job, message)
+        _failed(settings, job.id, message)
         raise StagingError(f"stage-{job.direction} failed: {message}") from exc
-    with _row(database, transfer_id) as row:
-        row.state = "done"
-        row.finished_at = records.now()
-        row.bytes_total = report.bytes_total
-        row.bytes_done = report.bytes_sent
-        row.files_total = report.files_total
-        row.files_done = report.files_sent
-        row.files_verified = report.files_total
+    answer = client.call(
+        staging,
+        "finish",
+        transfer=job.id,
+        bytes_total=report.bytes_total,
+        bytes_sent=report.bytes_sent,
+        files_total=report.files_total,
+        files_sent=report.files_sent,
+    )
     progress.note(
         f"stage-{job.direction} done: {report.files_total} files, {report.bytes_total:,} bytes "
         f"({report.files_sent} sent, all verified) in {report.seconds:.1f} s"
     )
-    if job.direction == "out":
-        clean(settings, database, job.user)
+    clean(settings, job.user, list(answer.get("clean") or []))
     return report
 
 
@@ -190,58 +198,22 @@ def _tree_size(root: Path) -> int:
     return sum((Path(r) / n).lstat().st_size for r, _d, names in os.walk(root) for n in names)
 
 
-def _failed(settings: Settings, database: Database, job: Job, message: str) -> None:
-    with _row(database, job.id) as row:
-        row.state = "failed"
-        row.error = message
-        row.finished_at = records.now()
-    if job.direction != "in":
-        return
-    reason = f"stage-in failed: {message}"
-    to_cancel: list[str] = []
-    with database.session() as session:
-        for row in records.chain_rows(session, job.stage_id):
-            if row.direction == "out":
-                to_cancel = [i for i in (row.job_id, row.transfer_job_id) if i]
-                row.state = "cancelled"
-                row.error = reason
-    slurm = settings.slurm
-    with contextlib.suppress(ClusterMgrError):
-        chain.scancel(slurm.bin_dir, to_cancel, slurm.command_timeout_s)
-
-
-def clean(settings: Settings, database: Database, user: str) -> list[str]:
-    """Remove this user's staging areas whose stage-out finished `retention_s` ago."""
-    cutoff = records.now() - timedelta(seconds=settings.staging.retention_s)
+def clean(settings: Settings, user: str, finished: list[dict[str, Any]]) -> list[str]:
+    """Remove the finished areas the service named, each only when it is inside this
+    user's own area (`<root>/<user>/`); tell the service which went."""
     removed: list[str] = []
-    with database.session() as session:
-        outs = session.scalars(
-            select(Transfer).where(
-                Transfer.user == user,
-                Transfer.direction == "out",
-                Transfer.state == "done",
-                Transfer.cleaned_at.is_(None),
-                Transfer.finished_at <= cutoff,
-            )
-        ).all()
-        areas = [(row.stage_id, row.stage_dir, row.transport) for row in outs]
-    for stage_id, area, transport in areas:
-        with contextlib.suppress(ClusterMgrError, OSError):
-            _remove(settings, director.resolve(settings, database, area), transport)
-            with database.session() as session:
-                for row in records.chain_rows(session, stage_id):
-                    row.cleaned_at = records.now()
-            removed.append(area)
+    for item in finished:
+        with contextlib.suppress(ClusterMgrError, OSError, KeyError):
+            areas.check_inside(item["area"], item["root"], user)
+            _remove(settings, item)
+            client.call(settings.staging, "cleaned", stage_ids=[item["stage_id"]])
+            removed.append(item["area"])
     return removed
 
 
-def _remove(settings: Settings, area: str, transport: str) -> None:
-    if transport == "s3":
-        parsed = s3_transport.parse_area(area)
-        region = next(r for r in settings.staging.regions if r.s3_bucket == parsed.bucket)
-        s3 = s3_transport.client(
-            settings.provider(region.provider), region, settings.staging.s3_workers
-        )
-        s3_transport.remove_area(s3, parsed)
+def _remove(settings: Settings, item: dict[str, Any]) -> None:
+    if item["transport"] == "s3":
+        s3 = s3_transport.client_with(item["s3"], settings.staging.s3_workers)
+        s3_transport.remove_area(s3, s3_transport.parse_area(item["area"]))
     else:
-        rsync_transport.remove_area(area)
+        rsync_transport.remove_area(item["area"])

@@ -71,6 +71,26 @@ def client(provider: ProviderSettings, region: StagingRegionSettings, workers: i
     )
 
 
+def client_with(access: dict[str, Any], workers: int) -> Any:
+    """An S3 client from the temporary credentials the staging service minted for this
+    user (clustermgr.staging.s3_access): the only S3 access a user's transfer job has."""
+    import boto3
+    from botocore.config import Config
+
+    return boto3.session.Session().client(
+        "s3",
+        aws_access_key_id=str(access["access_key_id"]),
+        aws_secret_access_key=str(access["secret_access_key"]),
+        aws_session_token=str(access["session_token"]),
+        endpoint_url=access.get("endpoint_url") or None,
+        config=Config(
+            region_name=str(access["region"]),
+            retries={"mode": "standard", "max_attempts": 5},
+            max_pool_connections=workers + 4,
+        ),
+    )
+
+
 def _transfer_config(staging: StagingSettings) -> Any:
     from boto3.s3.transfer import TransferConfig
 

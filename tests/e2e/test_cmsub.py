@@ -5,9 +5,10 @@ is refused at submit time; a stage-in that fails mid-way leaves the job never ru
 reason in `cmsub --status`, and submitting again resumes the transfer in the same area.
 
 The lab has no separate data-mover nodes: the transfer jobs run on the cloud partition
-(burst nodes share the head's filesystem here, as a data mover mounts it). The staging
-area is a local directory that the burst nodes see at the same path (`node_root`); the
-rsync daemon and s3 transports are covered by tests/integration/test_staging_*.py.
+(burst nodes share the head's filesystem here, as a data mover mounts it, and reach
+cm-scale's staging socket through it). The staging area is a local directory that the
+burst nodes see at the same path (`node_root`); the rsync daemon and s3 transports are
+covered by tests/integration/test_staging_*.py. The user has no access to the database.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from pathlib import Path
 
 import pytest
 
+from clustermgr.config import load_settings
+from clustermgr.db.engine import Database
+from clustermgr.staging.service import StagingService
 from tests.e2e.conftest import slurm_user_for_hooks
 from tests.labs.burstlab import BurstLab, BurstLabSpec
 
@@ -62,21 +66,24 @@ def test_user(lab_dir: Path) -> Iterator[User]:
 
 @pytest.fixture
 def lab(lab_dir: Path, test_user: User) -> Iterator[BurstLab]:
-    shared = lab_dir / "shared"  # the database and the staging area: the user's jobs write
-    shared.mkdir()
-    shared.chmod(0o777)
+    shared = lab_dir / "shared"  # the staging root: the service makes the user's area in it
+    shared.mkdir(mode=0o755)
     staging = shared / "staging"
-    staging.mkdir()
-    staging.chmod(0o1777)
+    staging.mkdir(mode=0o755)
+    run_dir = lab_dir / "run"  # cm-scale's staging socket (the user's only way in)
+    run_dir.mkdir(mode=0o755)
+    state = lab_dir / "db"
+    state.mkdir(mode=0o700)  # the database: root's alone
     spec = BurstLabSpec(
         demand_mode="slurm",
         slurm_user=slurm_user_for_hooks(),
-        db_url=f"sqlite:///{shared / 'clustermgr.db'}",
+        db_url=f"sqlite:///{state / 'clustermgr.db'}",
         extra_toml=f"""
 [staging]
 data_mover_partition = "cloud"
 quota_bytes = 100000000
 transfer_command = "{BIN / "cmsub-transfer"}"
+socket = "{run_dir / "cmsub.sock"}"
 
 [[staging.regions]]
 provider = "local"
@@ -86,11 +93,22 @@ node_root = "{staging}"
 """,
     )
     burst = BurstLab(lab_dir, spec)
+    service: StagingService | None = None
+    database: Database | None = None
     try:
         burst.start()
-        (shared / "clustermgr.db").chmod(0o666)
+        (state / "clustermgr.db").chmod(0o600)
+        # cm-scale's staging service, as a running daemon has it (the lab runs cycles with
+        # `cm-scale --once`, which exits: the thread runs here for the test's length)
+        database = Database(burst.db_url)
+        service = StagingService(load_settings(burst.config_path), database)
+        service.start()
         yield burst
     finally:
+        if service is not None:
+            service.stop()
+        if database is not None:
+            database.dispose()
         burst.stop()
 
 

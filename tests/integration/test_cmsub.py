@@ -1,7 +1,9 @@
 """cmsub end to end without Slurm: the real `cmsub`, `cmsub-transfer` and `clustermgr
 transfers` entry points, with a stand-in `sbatch`/`scontrol`/`scancel` in [slurm] bin_dir
 (the edge of the world: they log their argv and print job ids), a local directory as the
-region's staging area, and a user with no rights (`nobody`) where rights matter."""
+region's staging area, the staging service (cm-scale's, started here as root on a socket of
+the lab) in front of a database only root can open, and a user with no rights (`nobody`)
+where rights matter."""
 
 from __future__ import annotations
 
@@ -16,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+from clustermgr.config import load_settings
+from clustermgr.db.engine import Database
+from clustermgr.staging.service import StagingService
 from tests.conftest import REPO
 
 BIN = Path(sys.executable).parent
@@ -69,7 +74,7 @@ class Lab:
 
 @pytest.fixture
 def lab() -> Iterator[Lab]:
-    # under /tmp and open to everyone: `nobody` must reach the database and the area
+    # under /tmp and open to everyone: `nobody` must reach the config and the area
     root = Path(tempfile.mkdtemp(prefix="cmsub-lab-"))
     try:
         root.chmod(0o777)
@@ -89,6 +94,7 @@ def lab() -> Iterator[Lab]:
             f'[slurm]\nbin_dir = "{bin_dir}"\n'
             '[[providers]]\nname = "lab"\ntype = "local"\nregion = "lab"\n'
             f'[staging]\ndata_mover_partition = "movers"\nquota_bytes = 1000000\n'
+            f'socket = "{root}/run/cmsub.sock"\n'
             f'transfer_command = "{BIN / "cmsub-transfer"}"\n'
             f'[[staging.regions]]\nprovider = "lab"\npartition = "cloud"\n'
             f'features = ["lab"]\nrsync_target = "{area_root}"\n'
@@ -103,8 +109,16 @@ def lab() -> Iterator[Lab]:
             check=False,
         )
         assert done.returncode == 0, done.stderr
-        os.chmod(root / "cm.db", 0o666)  # noqa: S103 (nobody writes the test database)
-        yield Lab(root, env, area_root, bin_dir)
+        os.chmod(root / "cm.db", 0o600)  # root's alone: users go through the service
+        (root / "run").mkdir(mode=0o755)
+        database = Database(f"sqlite:///{root}/cm.db")
+        service = StagingService(load_settings(config), database)
+        service.start()
+        try:
+            yield Lab(root, env, area_root, bin_dir)
+        finally:
+            service.stop()
+            database.dispose()
     finally:
         subprocess.run(["rm", "-rf", str(root)], check=False)
 
@@ -235,9 +249,9 @@ def test_an_unprivileged_user_cannot_stage_what_they_cannot_read(lab: Lab) -> No
     assert "failed" in status.stdout and "cancelled" in status.stdout
     assert "stage-in failed" in status.stdout
 
-    # root may not run a user's transfer either: it belongs to the user's uid
+    # root may not run a user's transfer either: the service checks it is the caller's
     as_root = lab.run("cmsub-transfer", transfer_in)
-    assert as_root.returncode == 2 and "belongs to uid 65534" in as_root.stderr
+    assert as_root.returncode == 2 and "is not yours (root)" in as_root.stderr
 
 
 def test_a_resubmitted_stage_in_resumes_where_the_failed_one_stopped(lab: Lab) -> None:
@@ -269,7 +283,8 @@ def test_a_resubmitted_stage_in_resumes_where_the_failed_one_stopped(lab: Lab) -
     transfer_in = next(c for c in lab.calls()[len(lab.calls()) - 4 :] if "--hold" in c)[-1]
     resumed = lab.run("cmsub-transfer", transfer_in, uid=NOBODY)
     assert resumed.returncode == 0, resumed.stderr
-    rows = json.loads(lab.run("cmsub", "--status", str(second["job"]), "--json").stdout)
+    status = lab.run("cmsub", "--status", str(second["job"]), "--json", uid=NOBODY)
+    rows = json.loads(status.stdout)
     stage_in = rows["transfers"][0]
     assert (stage_in["files_total"], stage_in["files_done"]) == (5, 1)  # only f3 was sent
     assert stage_in["files_verified"] == 5
