@@ -7,7 +7,7 @@ from datetime import datetime
 from clustermgr.bootstrap import KeyFetch
 from clustermgr.config import Settings
 from clustermgr.mungekey.grants import issue
-from clustermgr.mungekey.identity import ensure_identity
+from clustermgr.mungekey.identity import IdentityError, ensure_identity
 
 PATH = "/munge-key"
 
@@ -31,8 +31,13 @@ def launch_key_fetch(
 ) -> KeyFetch:
     """A new one-time token for `request_id`, with the server's URL and pin: what the
     request's user-data carries (the token is a secret: never logged, never in argv or a
-    row). IdentityError when the server's certificate cannot be made."""
+    row). IdentityError when the server's certificate or the grant cannot be written."""
     state_dir = settings.daemon.state_dir
-    pin = ensure_identity(state_dir).pin
-    token = issue(state_dir, request_id, count, window_s, now)
+    try:
+        pin = ensure_identity(state_dir).pin
+        token = issue(state_dir, request_id, count, window_s, now)
+    except OSError as exc:  # not root, or the state dir unwritable
+        raise IdentityError(
+            f"munge key grants in {state_dir}: {exc.strerror or exc} (cm-scale runs as root)"
+        ) from None
     return KeyFetch(server_url(settings), pin, token)

@@ -7,7 +7,8 @@ It answers only what grants.redeem allows: the token's request, the peer's addre
 that request's instances that has not redeemed yet, within the boot window. A refusal tells
 the client nothing more than "refused"; the log says why, with the peer's address and the
 request id, never the token. Every connection gets a deadline, so a client that stalls
-holds one thread for at most CONNECTION_TIMEOUT_S.
+holds one thread for at most CONNECTION_TIMEOUT_S, and at most MAX_CONNECTIONS are served at
+once.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ log = logging.getLogger("cm-scale.munge-key")
 MAX_TOKEN_BYTES = 256
 MAX_KEY_BYTES = 1 << 16
 CONNECTION_TIMEOUT_S = 10.0
+MAX_CONNECTIONS = 32  # more at once are closed unanswered: a flood cannot pile up threads
 
 
 def addresses_from(database: Database) -> Callable[[str], Collection[str]]:
@@ -120,6 +122,7 @@ class KeyServer(ThreadingHTTPServer):
         self.addresses_of = addresses_of
         self.clock = clock
         self.identity = identity or ensure_identity(settings.daemon.state_dir)
+        self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
         self.tls.load_cert_chain(self.identity.cert, self.identity.key)
@@ -141,6 +144,23 @@ class KeyServer(ThreadingHTTPServer):
     @property
     def port(self) -> int:
         return int(self.server_address[1])
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self.slots.acquire(blocking=False):
+            log.warning("munge key server: too many connections; closed %s", client_address[0])
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self.slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self.slots.release()
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         """The TLS handshake in the connection's own thread, under its deadline."""

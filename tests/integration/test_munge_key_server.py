@@ -188,3 +188,25 @@ def test_the_boot_script_fetches_the_key_as_root_before_slurmd_starts(world: Wor
     munge = pwd.getpwnam("munge")
     assert (stat.S_IMODE(info.st_mode), info.st_uid) == (0o400, munge.pw_uid)
     assert stat.S_IMODE(node_key.parent.stat().st_mode) == 0o700
+
+
+def test_a_flood_of_idle_connections_is_capped_and_booting_nodes_still_get_in(
+    world: World,
+) -> None:
+    from clustermgr.mungekey.server import MAX_CONNECTIONS
+
+    idle = [
+        socket.create_connection(("127.0.0.1", world.server.port)) for _ in range(MAX_CONNECTIONS)
+    ]
+    try:
+        extra = socket.create_connection(("127.0.0.1", world.server.port))
+        extra.settimeout(5)
+        assert extra.recv(1) == b""  # closed at once, unanswered: no thread for it
+        extra.close()
+    finally:
+        for conn in idle:
+            conn.close()
+    deadline = datetime.now(UTC) + timedelta(seconds=15)
+    while world.ask("127.0.0.2")[1] == "000" and datetime.now(UTC) < deadline:
+        pass  # the idle connections' threads end as the server sees them closed
+    assert world.got_key()

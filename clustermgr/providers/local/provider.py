@@ -417,7 +417,7 @@ class LocalProvider:
                 else "cannot manage network namespaces: not root (needs CAP_NET_ADMIN)",
             )
         ]
-        for name in ("ip", "unshare", "nsenter"):
+        for name in ("ip", "unshare", "nsenter", "curl"):  # curl: the nodes fetch the munge key
             found = net.tool(name)
             results.append(CheckResult(name, found is not None, found or f"{name} not found"))
         slurmd_ok = os.access(self.slurmd, os.X_OK)
