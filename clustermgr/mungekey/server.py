@@ -29,7 +29,7 @@ from sqlalchemy import select
 
 from clustermgr.config import Settings
 from clustermgr.db.engine import Database
-from clustermgr.db.models import Director, Node
+from clustermgr.db.models import Node
 from clustermgr.errors import ClusterMgrError
 from clustermgr.mungekey.facts import PATH, head_host, server_url
 from clustermgr.mungekey.grants import redeem
@@ -43,17 +43,15 @@ MAX_CONNECTIONS = 32  # more at once are closed unanswered: a flood cannot pile 
 
 
 def addresses_from(database: Database) -> Callable[[str], Collection[str]]:
-    """The private addresses the database holds for a request's nodes and directors."""
+    """The private addresses the database holds for a request's burst nodes (a director
+    never gets the key)."""
 
     def addresses_of(request_id: str) -> Collection[str]:
         with database.session() as session:
-            nodes = session.scalars(
+            found = session.scalars(
                 select(Node.private_address).where(Node.request_id == request_id)
             ).all()
-            directors = session.scalars(
-                select(Director.private_address).where(Director.request_id == request_id)
-            ).all()
-        return {a for a in (*nodes, *directors) if a}
+        return {address for address in found if address}
 
     return addresses_of
 
