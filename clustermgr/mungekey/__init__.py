@@ -11,7 +11,7 @@ redeemed yet, within the request's boot window. docs/security.md, "The munge key
 """
 
 from clustermgr.mungekey.facts import launch_key_fetch, server_url
-from clustermgr.mungekey.grants import redeem, redeemed_by
+from clustermgr.mungekey.grants import redeem
 from clustermgr.mungekey.identity import IdentityError, ensure_identity
 
 __all__ = [
@@ -19,6 +19,5 @@ __all__ = [
     "ensure_identity",
     "launch_key_fetch",
     "redeem",
-    "redeemed_by",
     "server_url",
 ]

@@ -24,7 +24,7 @@ from clustermgr.mungekey.identity import key_dir, locked
 
 GRANTS_FILE = "grants.json"
 TOKEN_BYTES = 32
-KEEP_AFTER_EXPIRY = timedelta(days=1)  # redemption records stay a while (director health)
+KEEP_AFTER_EXPIRY = timedelta(days=1)  # then pruned: a replay is refused either way
 
 
 @dataclass
@@ -152,11 +152,3 @@ def redeem(
         grant.redeemed[peer] = now.isoformat()
         _save(state_dir, grants)
     return Redemption(True, rid, "redeemed")
-
-
-def redeemed_by(state_dir: Path, request_id: str | None, address: str | None) -> str | None:
-    """When the instance at `address` of `request_id` redeemed its token, or None."""
-    if not request_id or not address:
-        return None
-    grant = load(state_dir).get(request_id)
-    return grant.redeemed.get(address) if grant is not None else None

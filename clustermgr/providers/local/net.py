@@ -61,7 +61,7 @@ tries=0
 until curl -sS --fail --insecure --pinnedpubkey "$4" --connect-timeout 5 --max-time 20 \
         --data-binary "@$5" -o /etc/munge/munge.key "$3"; do
     tries=$((tries + 1))
-    if [ "$tries" -ge 30 ]; then rm -f "$5"; echo "no munge key from $3" >&2; exit 1; fi
+    if [ "$tries" -ge 90 ]; then rm -f "$5"; echo "no munge key from $3" >&2; exit 1; fi
     sleep 2
 done
 rm -f "$5"
