@@ -42,15 +42,20 @@ CONNECTION_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32  # more at once are closed unanswered: a flood cannot pile up threads
 
 
-def addresses_from(database: Database) -> Callable[[str], Collection[str]]:
+def addresses_from(database: Database, hold: bool = True) -> Callable[[str], Collection[str]]:
     """The private addresses the database holds for a request's burst nodes (a director
-    never gets the key)."""
+    never gets the key). `hold=False` closes the connection after each lookup: a lone key
+    server keeps no SQLite database (and its WAL, made by root) open between cycles."""
 
     def addresses_of(request_id: str) -> Collection[str]:
-        with database.session() as session:
-            found = session.scalars(
-                select(Node.private_address).where(Node.request_id == request_id)
-            ).all()
+        try:
+            with database.session() as session:
+                found = session.scalars(
+                    select(Node.private_address).where(Node.request_id == request_id)
+                ).all()
+        finally:
+            if not hold:
+                database.dispose()
         return {address for address in found if address}
 
     return addresses_of
@@ -119,11 +124,14 @@ class KeyServer(ThreadingHTTPServer):
         self.settings = settings
         self.addresses_of = addresses_of
         self.clock = clock
-        self.identity = identity or ensure_identity(settings.daemon.state_dir)
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
-        self.tls.load_cert_chain(self.identity.cert, self.identity.key)
+        try:
+            self.identity = identity or ensure_identity(settings.daemon.state_dir)
+            self.tls.load_cert_chain(self.identity.cert, self.identity.key)
+        except (OSError, ssl.SSLError) as exc:  # not root, or a damaged certificate
+            raise KeyServerError(f"munge key server: its certificate: {exc}") from None
         host = head_host(settings)
         try:
             infos = socket.getaddrinfo(host, settings.slurm.munge_key_port, type=socket.SOCK_STREAM)
@@ -228,7 +236,8 @@ def serve_until_stopped(settings: Settings, database: Database) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _signum, _frame: stop.set())
-    server = KeyServer(settings, addresses_from(database))
+    server = KeyServer(settings, addresses_from(database, hold=False))
+    database.dispose()
     server.start()
     while not stop.wait(0.5):
         pass
