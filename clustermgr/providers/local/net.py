@@ -67,6 +67,7 @@ done
 rm -f "$5"
 chown munge:munge /etc/munge/munge.key
 chmod 0400 /etc/munge/munge.key
+umask 022  # slurmd's configless cache (SLURM_CONF of every job) must stay readable to users
 setpriv --reuid=munge --regid=munge --init-groups munged \
     --seed-file=/run/munge/munged.seed --log-file=/run/munge/munged.log
 exec "$0" -D -N "$1" --conf-server "$2"
