@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.resources
 import string
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from clustermgr.config import Settings, TemplateSettings
 from clustermgr.providers.base import TAG_NODE
@@ -38,6 +38,11 @@ class BootstrapFacts:
     munge_key: str  # a path on the node; the key itself never travels in user-data
     slurmd: str
     controller_version: str = ""
+    # where and how root's boot fetches the key (clustermgr.mungekey): the key server's
+    # URL, its public-key pin and the launch request's one-time token (empty: no fetch)
+    key_url: str = ""
+    key_pin: str = ""
+    key_token: str = field(default="", repr=False)
 
 
 def conf_server(settings: Settings) -> str:
@@ -63,9 +68,25 @@ def render_bootstrap(facts: BootstrapFacts) -> str:
 
 
 def render_user_data(
-    settings: Settings, template: TemplateSettings, controller_version: str = ""
+    settings: Settings,
+    template: TemplateSettings,
+    controller_version: str = "",
+    key: KeyFetch | None = None,
 ) -> str:
     """The template's user-data; `controller_version` (slurmctld's) lets the node refuse
-    to join with a newer slurmd than the controller's."""
+    to join with a newer slurmd than the controller's; `key`: the launch request's way to
+    the munge key."""
     provider = settings.provider(template.provider)
-    return render_bootstrap(bootstrap_facts(settings, provider.type, controller_version))
+    facts = bootstrap_facts(settings, provider.type, controller_version)
+    if key is not None:
+        facts = dataclasses.replace(facts, key_url=key.url, key_pin=key.pin, key_token=key.token)
+    return render_bootstrap(facts)
+
+
+@dataclass(frozen=True)
+class KeyFetch:
+    """The munge key server's URL and pin, and a launch request's one-time token."""
+
+    url: str
+    pin: str
+    token: str = field(repr=False)

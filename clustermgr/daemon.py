@@ -49,6 +49,7 @@ from clustermgr.exposure import exposed_secret_files
 from clustermgr.leader import LeaderLock, make_lock
 from clustermgr.lifecycle import ACTIVE_CLOUD_STATES
 from clustermgr.metrics import Metrics, pending_gpus
+from clustermgr.mungekey.server import KeyServer, start_key_server
 from clustermgr.pricing import price_of
 from clustermgr.progress import PROGRESS
 from clustermgr.providers.base import Provider
@@ -74,6 +75,7 @@ class Daemon:
         self.lock: LeaderLock = make_lock(database.url, settings.cluster.name, self.state_dir)
         self.metrics = Metrics()
         self.metrics_port: int | None = None
+        self.key_server: KeyServer | None = None  # the munge key to booting nodes
         self.role = "standby"
         self.work_lock = threading.Lock()
         self.stop_event = threading.Event()
@@ -105,6 +107,7 @@ class Daemon:
             self.metrics_port = self.metrics.serve(
                 self.settings.daemon.metrics_address, self.settings.daemon.metrics_port
             )
+        self.key_server = start_key_server(self.settings, self.db)
         signal.signal(signal.SIGTERM, self._on_stop)
         signal.signal(signal.SIGINT, self._on_stop)
         signal.signal(signal.SIGHUP, self._on_reload)
@@ -139,6 +142,9 @@ class Daemon:
         self.role = "stopped"
         self.heartbeat()
         self.lock.release()
+        if self.key_server is not None:
+            self.key_server.shutdown()
+            self.key_server.server_close()
         (self.state_dir / SOCKET).unlink(missing_ok=True)
         log.info("stopped cleanly")
         return 0

@@ -39,6 +39,7 @@ SHARED_GROUPS = {
         "tests/chaos/test_campaign.py",
     ),
     "burstlab-default-subnet": ("tests/e2e/test_local_burst.py", "tests/e2e/test_cmsub.py"),
+    "munge-key-subnet": ("tests/security/test_munge_key.py",),  # 10.213.191.0/24, cm-mkprobe
     "local-harness-subnet": (
         "tests/integration/test_provider_contract.py",
         "tests/integration/test_local_provider.py",

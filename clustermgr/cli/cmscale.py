@@ -24,11 +24,17 @@ SDK_LOGGERS = ("azure", "botocore", "boto3", "openstack", "keystoneauth", "apsch
 @click.option("--dry-run", is_flag=True, help="Decide and print the plan; act on nothing.")
 @click.option("--json", "as_json", is_flag=True, help="With --dry-run: print the plan as JSON.")
 @click.option("--skip-slurm-check", is_flag=True, help="Start even if slurm.conf mismatches.")
+@click.option(
+    "--serve-munge-key",
+    is_flag=True,
+    help="Serve only the munge key to booting nodes (for cycles run with --once).",
+)
 @click.option("--debug", is_flag=True, help="Debug logging and tracebacks.")
 def cm_scale(
     config_path: str | None,
     db_url: str | None,
     once: bool,
+    serve_munge_key: bool,
     dry_run: bool,
     as_json: bool,
     skip_slurm_check: bool,
@@ -46,6 +52,10 @@ def cm_scale(
     app = AppContext(config_path=config_path, db_url=db_url, debug=debug)
     settings = app.settings()
     database = app.database()
+    if serve_munge_key:
+        from clustermgr.mungekey.server import serve_until_stopped
+
+        raise SystemExit(serve_until_stopped(settings, database))
     if not skip_slurm_check and not dry_run:
         refuse_on_mismatch(app)
     engine = Engine(settings, database)

@@ -53,7 +53,6 @@ def _definition_row(image: LoadedImage) -> dict[str, Any]:
         "description": definition.description,
         "tree": str(definition.tree),
         "director_path": definition.director_path,
-        "munge_key_on_director": definition.munge_key_on_director,
         "user_data": definition.user_data,
         "base": {
             kind: base.model_dump(exclude_none=True) for kind, base in definition.base.items()

@@ -14,7 +14,6 @@ from clustermgr.config.base import NAME_PATTERN
 from clustermgr.config.directors import (
     DirectorSettings,
     ImagesSettings,
-    KeyPushSettings,
     LdapSettings,
 )
 from clustermgr.config.providers import (
@@ -33,7 +32,6 @@ __all__ = [
     "Credentials",
     "DirectorSettings",
     "ImagesSettings",
-    "KeyPushSettings",
     "LdapSettings",
     "PolicyRef",
     "ProviderSettings",

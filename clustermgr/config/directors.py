@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 from typing import Any, Literal
 
@@ -10,27 +9,6 @@ from pydantic import Field, model_validator
 
 from clustermgr.config.base import NAME_PATTERN, StrictModel
 from clustermgr.config.providers import Credentials
-
-_ARG_SAFE = r"^[^\s'\"\\]+$"  # one word: rsync splits its -e value on spaces
-
-
-class KeyPushSettings(StrictModel):
-    """How clustermgr puts munge_key_file on a cloud director: rsync over ssh
-    (directors/keypush.py), never user data."""
-
-    identity_file: Path  # the head's private key that the director's ssh_user accepts
-    ssh_user: str = Field("root", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
-    ssh_port: int = Field(22, ge=1, le=65535)
-    remote_path: str = Field("/etc/clustermgr/director/munge.key", pattern=r"^/[^\s'\"\\]*$")
-    owner: str = Field("munge:munge", pattern=r"^[A-Za-z0-9_][A-Za-z0-9_.-]*:[A-Za-z0-9_.-]+$")
-    rsync_path: str | None = None  # the remote rsync, e.g. "sudo rsync" for a non-root user
-    connect_timeout_s: float = Field(15.0, gt=0)
-
-    @model_validator(mode="after")
-    def _check(self) -> KeyPushSettings:
-        if not re.match(_ARG_SAFE, str(self.identity_file)):
-            raise ValueError(f"identity_file {str(self.identity_file)!r}: no spaces or quotes")
-        return self
 
 
 class DirectorSettings(StrictModel):
@@ -61,16 +39,20 @@ class DirectorSettings(StrictModel):
     # None: a local provider's lab director gets its facts from [ldap] and [images], a
     # cloud director none (its machine image sets up slapd and the rsync daemon)
     user_data_file: Path | None = None
-    # the munge key the director serves to its region's nodes (rsync module clustermgr-keys):
-    # its path on the head, a fact for the user data (the lab director copies it)
-    munge_key_file: Path | None = None
-    # a cloud director: clustermgr pushes munge_key_file to it over ssh once it answers
-    key_push: KeyPushSettings | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_munge_key(cls, data: object) -> object:
+        gone = [k for k in ("munge_key_file", "key_push") if isinstance(data, dict) and k in data]
+        if gone:
+            raise ValueError(
+                f"{' and '.join(gone)}: a director no longer holds the munge key (burst nodes "
+                "get it from cm-scale's key server, docs/security.md); remove it"
+            )
+        return data
 
     @model_validator(mode="after")
     def _check(self) -> DirectorSettings:
-        if self.key_push is not None and self.munge_key_file is None:
-            raise ValueError("key_push needs munge_key_file (the key to push)")
         for port in self.health_ports:
             if not 1 <= port <= 65535:
                 raise ValueError(f"health_ports: {port} is not a TCP port (1-65535)")

@@ -28,7 +28,11 @@ class SlurmSettings(StrictModel):
     command_timeout_s: float = Field(30.0, gt=0)
     onprem_partitions: list[str] = []
     conf_server: str = ""  # HOST[:PORT] burst nodes fetch slurm.conf from; default head_address
+    # the key on the head (cm-scale serves it) and where a burst node's boot writes it
     munge_key_path: str = "/etc/munge/munge.key"
+    # cm-scale's TLS listener on the conf server's host: booting nodes redeem their launch's
+    # one-time token there for the key (clustermgr/mungekey, docs/security.md)
+    munge_key_port: int = Field(6830, ge=1, le=65535)
     hook_path: Path = Path("/usr/local/bin/clustermgr")
 
     @field_validator("onprem_partitions")

@@ -176,11 +176,6 @@ def _check_directors(
         if provider.type in BMC_TYPES:
             raise ValueError(f"{where}: provider {provider.name!r} is on-prem; it has no director")
         _check_volume(where, director.volume_size_gb, provider)
-        if director.key_push is not None and provider.type == "local":
-            raise ValueError(
-                f"{where}: key_push is for cloud directors; the local lab director copies "
-                "munge_key_file itself (remove key_push)"
-            )
         if director.region is not None and director.region != provider.region:
             raise ValueError(
                 f"{where}: region {director.region!r} is not provider {provider.name!r}'s "

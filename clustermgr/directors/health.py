@@ -21,7 +21,6 @@ from sqlalchemy.orm import Session
 from clustermgr.config import DirectorSettings, Settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Image, ImageReplica, LdapReplica
-from clustermgr.directors import keypush
 from clustermgr.directors.state import DirectorState
 
 LDAP_OK = "ok"
@@ -104,10 +103,6 @@ class PortsAndReplicas:
             return HealthResult(False, False, f"{address}: no answer on port {ports}")
         with self.db.session() as session:
             missing = replica_problems(session, director.id, spec)
-        if spec.key_push is not None and spec.munge_key_file is not None:
-            record = keypush.director_dir(self.settings, director.name)
-            if not keypush.pushed(record, director.instance_id, spec.munge_key_file):
-                missing.append("munge key not pushed to this instance yet")
         ports = ",".join(str(p) for p in spec.health_ports)
         if missing:
             return HealthResult(True, False, f"answers on {ports}; " + "; ".join(missing))

@@ -53,7 +53,6 @@ class ImageDefinition(_Strict):
     description: str = ""
     tree: Path  # the software image tree on the head node
     director_path: str = Field("/srv/clustermgr/image", pattern=r"^/")  # its copy, on a director
-    munge_key_on_director: str = Field("/etc/clustermgr/director/munge.key", pattern=r"^/")
     user_data: str = Field(min_length=1)  # a template file next to the TOML
     base: dict[Literal["aws", "azure", "openstack", "local"], BaseImage] = {}
     nfs_mounts: list[NfsMount] = []
@@ -82,11 +81,11 @@ class LoadedImage:
 @dataclass(frozen=True)
 class ClusterFacts:
     """Everything a user-data template may use; each field is an `@{name}` placeholder
-    (plus `image`, `director_path`, `munge_key_on_director`, `nfs_mounts` and `bootstrap_b64`
+    (plus `image`, `director_path`, `nfs_mounts` and `bootstrap_b64`
     from the image itself)."""
 
     boot: BootstrapFacts
-    director_address: str  # the region's director (image tree, munge key, LDAP replica)
+    director_address: str  # the region's director (image tree, LDAP replica)
 
 
 def default_images_dir() -> Path:
@@ -179,7 +178,6 @@ def render(image: LoadedImage, facts: ClusterFacts) -> str:
         "director_address": facts.director_address,
         "image": definition.name,
         "director_path": definition.director_path,
-        "munge_key_on_director": definition.munge_key_on_director,
         "nfs_mounts": _mounts_yaml(definition.nfs_mounts, facts),
         "bootstrap_b64": base64.b64encode(boot_script.encode()).decode(),
     }

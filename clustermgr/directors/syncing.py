@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy import select
 
-from clustermgr.config import DirectorSettings, Settings
+from clustermgr.config import Settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Director
-from clustermgr.directors import keypush, replication
+from clustermgr.directors import replication
 from clustermgr.directors.health import DirectorInfo
 from clustermgr.errors import ClusterMgrError
 from clustermgr.inputs import usable_address
@@ -123,8 +123,6 @@ class DirectorSync:
         replica, each recorded in the replica tables."""
         done = SyncSummary()
         spec = self.settings.director(director.provider)
-        if spec is not None and spec.key_push is not None:
-            self._munge_key(done, spec, director)
         names = list(spec.images) if spec is not None and spec.images else [None]
         for image in names:
             self._images(done, image=image, director=director.name, machine_images=False)
@@ -181,23 +179,6 @@ class DirectorSync:
             line = f"image {replica.image} {replica.version} to {replica.director}: "
             line += replica.state.value + (f" ({replica.error})" if replica.error else "")
             done.add(line, ok=replica.state is replication.ReplicaState.VERIFIED)
-
-    def _munge_key(self, done: SyncSummary, spec: DirectorSettings, director: DirectorInfo) -> None:
-        """rsync over ssh (keypush.py); cheap when the key is already there (--checksum)."""
-        if not director.instance_id or not director.private_address:
-            done.add(f"munge key to {director.name}: no address yet", ok=False)
-            return
-        job = keypush.plan(
-            self.settings, spec, director.name, director.instance_id, director.private_address
-        )
-        if job is None:
-            return
-        try:
-            line = keypush.push(job, keypush.director_dir(self.settings, director.name))
-        except keypush.KeyPushError as exc:
-            done.add(str(exc), ok=False)
-            return
-        done.add(line, ok=True)
 
     def _ldap(self, done: SyncSummary, target: ldap_sync.DirectorTarget) -> None:
         assert self.settings.ldap is not None

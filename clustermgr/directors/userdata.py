@@ -2,8 +2,9 @@
 
 `[[directors]] user_data_file` is a template with `@{name}` placeholders (as images/ use),
 rendered with the director's facts (`DirectorFacts`: names, the LDAP replica's suffix, DN,
-port and password *file*, the rsync module and port, the munge key *file*, the region's
-subnet). Without one, a local provider's director gets the lab director's
+port and password *file*, the rsync module and port, the region's subnet). A director never
+holds the munge key: burst nodes get it from cm-scale's key server (clustermgr.mungekey).
+Without a user_data_file, a local provider's director gets the lab director's
 `#clustermgr-director` facts (providers/local/director.py) built from [ldap] and [images],
 so the defaults work end to end; a cloud director gets none (its machine image sets up slapd
 and the rsync daemon). Secrets travel as file paths only, never as values.
@@ -32,14 +33,13 @@ class DirectorFacts:
     provider: str
     provider_type: str
     region: str
-    subnet: str  # the local provider's subnet (who may read the keys module)
+    subnet: str  # the local provider's subnet
     ldap_suffix: str
     ldap_admin_dn: str  # the replica database's rootdn (what a pull sync writes as)
     ldap_password_file: str  # [ldap.replica]'s password file: both of its admin passwords
     ldap_port: str
     rsync_module: str  # [images] rsync_module: where clustermgr syncs the images
     rsync_port: str
-    munge_key_file: str  # [[directors]] munge_key_file: served as clustermgr-keys/munge.key
 
 
 def director_facts(settings: Settings, spec: DirectorSettings, name: str) -> DirectorFacts:
@@ -68,7 +68,6 @@ def director_facts(settings: Settings, spec: DirectorSettings, name: str) -> Dir
         ldap_port=port,
         rsync_module=settings.images.rsync_module,
         rsync_port=str(settings.images.rsync_port),
-        munge_key_file=str(spec.munge_key_file or ""),
     )
 
 
@@ -120,8 +119,4 @@ def lab_director_facts(facts: DirectorFacts) -> str:
     if facts.ldap_port:
         lines.append(f"ldap_port = {facts.ldap_port}")
     lines.append(f"rsync_port = {facts.rsync_port}")
-    if facts.munge_key_file:
-        lines.append(f"munge_key = {json.dumps(facts.munge_key_file)}")
-    if facts.subnet:
-        lines.append(f"keys_hosts_allow = {json.dumps(facts.subnet)}")
     return "\n".join(lines) + "\n"

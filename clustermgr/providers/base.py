@@ -53,7 +53,8 @@ class LaunchSpec:
     security_groups: tuple[str, ...] = ()
     market: Market = "on-demand"
     max_spot_price: float | None = None
-    user_data: str = ""
+    # carries the launch's one-time munge-key token: kept out of reprs (logs, tracebacks)
+    user_data: str = field(default="", repr=False)
     tags: Mapping[str, str] = field(default_factory=dict)
     instance_profile: str | None = None
     placement_group: str | None = None

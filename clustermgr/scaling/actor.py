@@ -18,7 +18,7 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from clustermgr import progress
-from clustermgr.bootstrap import render_user_data
+from clustermgr.bootstrap import KeyFetch, render_user_data
 from clustermgr.config import Settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import ClusterEvent, InstanceRun, Node
@@ -27,6 +27,7 @@ from clustermgr.db.ownership import NODE_LAUNCH, issue
 from clustermgr.errors import ErrorKind, ProviderError, WorkloadError
 from clustermgr.inputs import usable_address
 from clustermgr.lifecycle import NodeState, transition
+from clustermgr.mungekey import IdentityError, launch_key_fetch
 from clustermgr.pricing import BillingRule, price_of
 from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
 from clustermgr.reasons import HOLD_REASON
@@ -98,7 +99,11 @@ class Actor:
             return self._fail_all(outcome, error)
         progress.step(f"launching {len(order.nodes)} of {order.template} ({order.request_id})")
         try:
-            result = provider.launch(self.spec(order), len(order.nodes), order.request_id)
+            spec = self.spec(order)
+        except IdentityError as exc:  # no key server certificate: no node could join
+            return self._fail_all(outcome, LaunchError(ErrorKind.OTHER, "MungeKey", str(exc)))
+        try:
+            result = provider.launch(spec, len(order.nodes), order.request_id)
         except ProviderError as exc:
             error = LaunchError(exc.kind, exc.code or type(exc).__name__, str(exc.args[0]))
             return self._fail_all(outcome, error)
@@ -132,13 +137,23 @@ class Actor:
             security_groups=tuple(template.security_groups),
             market="spot" if order.market == "spot" else "on-demand",
             max_spot_price=template.max_spot_price,
-            user_data=render_user_data(self.settings, template, self.controller_version()),
+            user_data=render_user_data(
+                self.settings, template, self.controller_version(), self.key_fetch(order)
+            ),
             tags={},
             instance_profile=template.instance_profile,
             placement_group=template.placement_group,
             key_name=template.key_name,
             network=template.network,
             root_volume_gb=template.volume_size_gb,
+        )
+
+    def key_fetch(self, order: LaunchOrder) -> KeyFetch:
+        """A one-time munge-key token for this request, redeemable by each of its instances
+        within the template's boot window (clustermgr.mungekey)."""
+        template = self.settings.template(order.template)
+        return launch_key_fetch(
+            self.settings, order.request_id, len(order.nodes), template.boot_timeout_s, self.clock()
         )
 
     def controller_version(self) -> str:

@@ -34,6 +34,7 @@ def lab(lab_dir: Path) -> Iterator[BurstLab]:
         metrics_port=free_port(),
         subnet="10.213.11.0/24",
         policy_chain=[{"name": "idle_timeout", "options": {"minutes": 30}}],
+        serve_munge_key=False,  # the daemon serves the munge key to the nodes it launches
     )
     made = BurstLab(lab_dir, spec)
     try:

@@ -36,7 +36,7 @@ from clustermgr.providers.local.state import locked
 from clustermgr.providers.registry import make_provider
 from tests.conftest import run_cli
 from tests.fakes.local_harness import skip_unless_possible
-from tests.labs.directorlab import MOTD, MUNGE_KEY, director_tables, make_head
+from tests.labs.directorlab import MOTD, director_tables, make_head
 from tests.services.slapd import SUFFIX, Slapd, SlapdUnavailable
 
 pytestmark = pytest.mark.integration
@@ -221,8 +221,10 @@ def check_serving(world: World, address: str, fetched: Path) -> None:
     assert link.readlink() == Path("etc/motd"), copied.stderr  # served as a symlink, intact
     motd = world.fetch(f"rsync://{address}/{module}/base/etc/motd", fetched / "motd")
     assert motd == MOTD
-    key = world.fetch(f"rsync://{address}/clustermgr-keys/munge.key", fetched / "munge.key")
-    assert key == MUNGE_KEY.decode()  # what the node image's user data fetches
+    modules = world.in_client("rsync", f"rsync://{address}/")
+    assert modules.returncode == 0, modules.stderr
+    # the images module only: a director holds and serves no munge key
+    assert [line.split()[0] for line in modules.stdout.splitlines() if line.strip()] == [module]
 
 
 def test_a_local_director_is_launched_synced_ready_and_replaced(

@@ -100,6 +100,9 @@ def test_conf_server_is_read_from_the_engines_bootstrap_script() -> None:
         "munge_key": "/etc/munge/munge.key",
         "slurmd": "/usr/sbin/slurmd",
         "controller_version": "22.05.8",
+        "key_url": "",
+        "key_pin": "",
+        "key_token": "",
     }
     rendered = Template(text).substitute(values, conf_server="10.213.7.1:40123")
     spec = LaunchSpec("t", ("local.cpu",), "local", ("n-001",), user_data=rendered)

@@ -51,6 +51,9 @@ class BurstLabSpec:
     extra_conf: Sequence[str] = ()
     metrics_port: int = 0
     extra_toml: str = ""  # appended to the config: [[directors]], [ldap], [images] tables
+    # `cm-scale --serve-munge-key` for the lab's life (cycles run with --once); False when
+    # the test runs the cm-scale daemon, which serves the key itself
+    serve_munge_key: bool = True
 
 
 class BurstLab:
@@ -63,6 +66,7 @@ class BurstLab:
         self.bin_dir = Path(sys.executable).parent
         self.lab: SlurmLab | None = None
         self.head_address = ""
+        self.key_server: subprocess.Popen[bytes] | None = None
 
     # --- set-up ------------------------------------------------------------------------
 
@@ -112,7 +116,32 @@ class BurstLab:
         self.clustermgr("db", "upgrade")
         self.clustermgr("nodes", "sync")
         self.cm_scale_once(check=True)  # spool, heartbeat, and the policy-mode hold
+        if self.spec.serve_munge_key:
+            self.start_key_server()
         return self
+
+    def start_key_server(self) -> None:
+        """`cm-scale --serve-munge-key`: what the daemon serves in a thread, for the cycles
+        this lab runs with --once (the nodes' boot redeems its launch's token there)."""
+        log = (self.workdir / "key-server.log").open("ab")
+        self.key_server = subprocess.Popen(
+            [str(self.bin_dir / "cm-scale"), "--serve-munge-key"],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = time.monotonic() + 30
+        while b"munge key server on" not in self.key_server_log().encode():
+            if self.key_server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the munge key server did not start: {self.key_server_log()}")
+            time.sleep(0.1)
+
+    def key_server_log(self) -> str:
+        try:
+            return (self.workdir / "key-server.log").read_text()
+        except OSError:
+            return ""
 
     def provider_settings(self) -> ProviderSettings:
         """The lab's local provider, as the config below declares it."""
@@ -278,6 +307,7 @@ metrics_port = {s.metrics_port}
         if process is not None and process.poll() is not None:
             parts.append(f"slurmctld exited ({process.returncode})")
         parts.append("slurmctld log: " + self.lab.log_tail(40))
+        parts.append("munge key server: " + self.key_server_log()[-2000:])
         last = self.cm_scale_once()
         parts.append(last.stdout[-2000:] + last.stderr[-3000:])
         return "\n".join(parts)
@@ -295,6 +325,14 @@ metrics_port = {s.metrics_port}
             if ids:
                 provider.terminate(ids, "lab-teardown")
         finally:
+            if self.key_server is not None:
+                self.key_server.terminate()
+                try:
+                    self.key_server.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    self.key_server.kill()
+                    self.key_server.wait()
+                self.key_server = None
             if self.lab is not None:
                 self.lab.stop()
             remove_bridge(settings)

@@ -109,7 +109,11 @@ def main() -> int:
     say(f"clustermgr {clustermgr.__version__} from {Path(clustermgr.__file__).parent}")
     workdir = Path(tempfile.mkdtemp(prefix="clustermgr-demo-", dir="/tmp"))
     spec = BurstLabSpec(
-        demand_mode="slurm", slurm_user=hook_user(), cluster="demo", subnet="10.213.9.0/24"
+        demand_mode="slurm",
+        slurm_user=hook_user(),
+        cluster="demo",
+        subnet="10.213.9.0/24",
+        serve_munge_key=False,  # the cm-scale daemon below serves the munge key itself
     )
     lab = BurstLab(workdir, spec)
     daemon: subprocess.Popen[bytes] | None = None

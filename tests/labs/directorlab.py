@@ -20,7 +20,6 @@ homeDirectory: /home/alice
 loginShell: /bin/bash
 """
 MOTD = "served by the director\n"
-MUNGE_KEY = b"not-a-real-munge-key\n"
 
 
 def make_head(workdir: Path, host: str) -> Slapd:
@@ -52,7 +51,6 @@ def director_tables(workdir: Path, head: Slapd, *, base_image: str, boot_timeout
     secrets = {
         "head.secret": (head.admin_password + "\n").encode(),
         "director.secret": b"director-secret\n",
-        "munge.key": MUNGE_KEY,
     }
     for name, content in secrets.items():
         (workdir / name).write_bytes(content)
@@ -68,7 +66,6 @@ boot_timeout_s = {boot_timeout_s}
 health_interval_s = 2
 images = ["base"]
 ldap = true
-munge_key_file = "{workdir / "munge.key"}"
 
 [images]
 definitions_dir = "{defs}"

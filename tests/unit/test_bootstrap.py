@@ -43,3 +43,17 @@ def test_newer_slurmd_than_the_controller_refuses_to_join(tmp_path: Path) -> Non
     assert done.returncode == 1
     assert "slurmd 23.02.1 is newer than slurmctld 22.05.8: not joining" in done.stderr
     assert "JOINED" not in done.stdout
+
+
+def test_the_launch_token_is_in_the_user_data_only_never_in_a_repr() -> None:
+    from clustermgr.bootstrap import KeyFetch
+    from clustermgr.providers.base import LaunchSpec
+
+    settings = load_settings(EXAMPLE_CONFIG)
+    token = "one-time-token-abc123"
+    fetch = KeyFetch("https://10.0.0.10:6830/munge-key", "sha256//pin=", token)
+    text = render_user_data(settings, settings.template("aws-a100"), "22.05.8", fetch)
+    assert f"KEY_TOKEN='{token}'" in text and "KEY_PIN='sha256//pin='" in text
+    assert "unset KEY_TOKEN" in text  # gone from the environment before slurmd starts
+    spec = LaunchSpec("aws-a100", ("p4d.24xlarge",), "ami-1", user_data=text)
+    assert token not in repr(fetch) and token not in repr(spec)

@@ -12,7 +12,7 @@ from clustermgr.config import Settings, parse_settings
 from clustermgr.directors.userdata import render_user_data
 from clustermgr.errors import ConfigError
 from clustermgr.providers.base import LaunchSpec
-from clustermgr.providers.local.director import KEYS_MODULE, parse_boot
+from clustermgr.providers.local.director import parse_boot
 
 NAME = "director-local-here"
 
@@ -68,15 +68,15 @@ def director_spec(user_data: str) -> LaunchSpec:
 
 
 def test_a_local_director_gets_the_lab_facts_its_provider_reads(tmp_path: Path) -> None:
-    conf = settings(tmp_path, munge_key_file="/etc/munge/munge.key")
+    conf = settings(tmp_path)
     text = render_user_data(conf, conf.directors[0], NAME)
     boot = parse_boot(director_spec(text))
     assert boot.suffix == "dc=example,dc=org"
     assert boot.admin_dn == "cn=admin,dc=example,dc=org"  # cn=config DN: the rootdn default
     assert boot.password_file == Path("/r.secret")
     assert (boot.rsync_module, boot.rsync_port, boot.ldap_port) == ("site-images", 8873, 389)
-    assert boot.munge_key == Path("/etc/munge/munge.key") and boot.image_root is None
-    assert boot.keys_hosts_allow == "10.9.0.0/24" and boot.rsync_module != KEYS_MODULE
+    assert boot.image_root is None
+    assert "munge" not in text  # a director never holds the munge key
     assert "secret" not in text.replace("/r.secret", "")  # a path, never a password
 
 
@@ -104,3 +104,16 @@ def test_a_lab_director_without_ldap_passwords_says_what_to_set(tmp_path: Path) 
     no_ldap = conf.model_copy(update={"ldap": None})
     with pytest.raises(ConfigError, match="needs an \\[ldap\\] table"):
         render_user_data(no_ldap, no_ldap.directors[0], NAME)
+
+
+@pytest.mark.parametrize("old_key", ["munge_key_file", "key_push"])
+def test_a_director_that_would_hold_the_munge_key_is_refused_in_one_line(
+    tmp_path: Path, old_key: str
+) -> None:
+    value: Any = "/etc/munge/munge.key" if old_key == "munge_key_file" else {"identity_file": "/k"}
+    with pytest.raises(ConfigError) as caught:
+        settings(tmp_path, **{old_key: value})
+    message = str(caught.value)
+    assert "\n" not in message
+    assert f"{old_key}: a director no longer holds the munge key" in message
+    assert "remove it" in message

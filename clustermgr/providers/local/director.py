@@ -15,18 +15,16 @@ with the facts the director needs; secrets travel as file paths, never as values
     password_file = "/etc/clustermgr/director-ldap.secret"   # rootpw of both databases
     rsync_module = "clustermgr-images"          # default: "image"
     image_root = "/var/lib/clustermgr/director/image"   # default: <workdir>/image
-    munge_key = "/etc/munge/munge.key"          # optional: served as clustermgr-keys/munge.key
-    keys_hosts_allow = "10.213.7.0/24"          # optional: who may read clustermgr-keys
     ldap_port = 389                             # slapd's port (default 389)
     rsync_port = 873                            # the rsync daemon's port (default 873)
 
-The rsync daemon serves two modules: `rsync_module` (writable, the images root: clustermgr
+The rsync daemon serves one module: `rsync_module` (writable, the images root: clustermgr
 syncs each image into `<module>/<image>/`) with `numeric ids = yes` and `munge symlinks = no`
-(so the tree's symlinks and owners arrive as they are on the head), and `clustermgr-keys`
-(read-only: the munge key the nodes' user data fetches at boot, images/*.cloud-init.tmpl).
+(so the tree's symlinks and owners arrive as they are on the head). A director never holds
+or serves the munge key: burst nodes get it from cm-scale's key server (clustermgr.mungekey).
 
 The instance's files (slapd.d, its database, rsyncd.conf, the image copy unless
-`image_root` says otherwise, the keys) live in `workdir`, which the provider removes with
+`image_root` says otherwise) live in `workdir`, which the provider removes with
 the instance: a replacement director starts empty, as a new cloud instance would.
 """
 
@@ -48,7 +46,6 @@ DIRECTOR_MARK = "#clustermgr-director"
 TAG_ROLE = "clustermgr-role"
 ROLE_DIRECTOR = "director"
 RSYNC_MODULE = "image"  # the images module when the user data names none
-KEYS_MODULE = "clustermgr-keys"  # what images/*.cloud-init.tmpl fetch the munge key from
 SCHEMA_DIR = Path("/etc/ldap/schema")
 SCHEMAS = ("core", "cosine", "nis", "inetorgperson")
 MODULE_DIR = Path("/usr/lib/ldap")
@@ -69,8 +66,6 @@ class DirectorBoot:
     password_file: Path
     image_root: Path | None = None  # None: <workdir>/image
     rsync_module: str = RSYNC_MODULE
-    munge_key: Path | None = None
-    keys_hosts_allow: str | None = None
     ldap_port: int = 389
     rsync_port: int = 873
 
@@ -94,12 +89,10 @@ def parse_boot(spec: LaunchSpec) -> DirectorBoot:
             password_file=Path(str(data["password_file"])),
             image_root=_path(data.get("image_root")),
             rsync_module=str(data.get("rsync_module") or RSYNC_MODULE),
-            munge_key=_path(data.get("munge_key")),
-            keys_hosts_allow=str(data.get("keys_hosts_allow") or "") or None,
             ldap_port=int(data.get("ldap_port") or 389),
             rsync_port=int(data.get("rsync_port") or 873),
         )
-        if not MODULE_NAME.fullmatch(boot.rsync_module) or boot.rsync_module == KEYS_MODULE:
+        if not MODULE_NAME.fullmatch(boot.rsync_module):
             raise KeyError(f"rsync_module {boot.rsync_module!r} is not a usable module name")
     except (tomllib.TOMLDecodeError, KeyError, ValueError, TypeError) as exc:
         why = f"not a director's facts: {exc}"
@@ -121,12 +114,6 @@ def write_configs(workdir: Path, boot: DirectorBoot) -> tuple[Path, Path]:
     (workdir / "data").mkdir(parents=True, exist_ok=True)
     image_root = image_root_of(boot, workdir)
     image_root.mkdir(parents=True, exist_ok=True)
-    keys = workdir / "keys"
-    keys.mkdir(mode=0o700, exist_ok=True)
-    if boot.munge_key is not None:
-        key = keys / "munge.key"
-        key.write_bytes(boot.munge_key.read_bytes())
-        key.chmod(0o400)
     includes = "\n".join(f"include {SCHEMA_DIR / name}.schema" for name in SCHEMAS)
     conf = workdir / "slapd.conf"
     conf.write_text(
@@ -153,15 +140,13 @@ def write_configs(workdir: Path, boot: DirectorBoot) -> tuple[Path, Path]:
             raise NetError(why, code="SpawnFailed")
     conf.unlink()
     rsyncd = workdir / "rsyncd.conf"
-    allow = f"hosts allow = {boot.keys_hosts_allow}\n" if boot.keys_hosts_allow else ""
     rsyncd.write_text(
         f"pid file = {workdir}/rsyncd.pid\nport = {boot.rsync_port}\n"
         "use chroot = no\nuid = root\ngid = root\n"
         # owners by number and symlinks as they are (use chroot = no would otherwise rewrite
         # every symlink target under /rsyncd-munged/)
         "numeric ids = yes\nmunge symlinks = no\nreverse lookup = no\n\n"
-        f"[{boot.rsync_module}]\npath = {image_root}\nread only = no\n\n"
-        f"[{KEYS_MODULE}]\npath = {keys}\nread only = yes\n{allow}"
+        f"[{boot.rsync_module}]\npath = {image_root}\nread only = no\n"
     )
     return config_dir, rsyncd
 
@@ -173,7 +158,7 @@ def spawn_director(
     (pid, start time) of the session leader, as `net.spawn_slurmd` returns."""
     try:
         config_dir, rsyncd = write_configs(workdir, boot)
-    except OSError as exc:  # the password file or munge key unreadable, the disk full
+    except OSError as exc:  # the password file unreadable, the disk full
         raise NetError(
             f"cannot set up the director {instance_id}: {exc}", code="SpawnFailed"
         ) from None

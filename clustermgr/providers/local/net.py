@@ -41,6 +41,49 @@ BOOT_SCRIPT = (
 )
 
 
+# With a munge key server: the instance gets its own mount namespace too, where root (this
+# script, before slurmd) mounts private tmpfs on /run/munge and /etc/munge, redeems the
+# launch's one-time token (read by curl from a root-only file, then removed) for the key,
+# starts its own munged as `munge`, then slurmd: the node's Slurm traffic is signed with the
+# key it fetched, not with this machine's munged. Arguments after the namespace path:
+# slurmd, node, conf server, key URL, key pin, token file.
+KEYED_BOOT_SCRIPT = (
+    'sleep "$0"; up=$(cut -d. -f1 /proc/uptime); '
+    'exec "$1" --mount --propagation private --time --boottime "-$up" --fork --kill-child '
+    '"$2" "--net=$3" /bin/sh -c "$4" "$5" "$6" "$7" "$8" "$9" "${10}"'
+)
+NODE_BOOT = """set -eu
+mount -t tmpfs -o mode=0755,size=1m clustermgr-munge /run/munge
+mount -t tmpfs -o mode=0700,size=1m clustermgr-munge-key /etc/munge
+chown munge:munge /run/munge /etc/munge
+umask 077
+tries=0
+until curl -sS --fail --insecure --pinnedpubkey "$4" --connect-timeout 5 --max-time 20 \
+        --data-binary "@$5" -o /etc/munge/munge.key "$3"; do
+    tries=$((tries + 1))
+    if [ "$tries" -ge 90 ]; then rm -f "$5"; echo "no munge key from $3" >&2; exit 1; fi
+    sleep 2
+done
+rm -f "$5"
+chown munge:munge /etc/munge/munge.key
+chmod 0400 /etc/munge/munge.key
+umask 022  # slurmd's configless cache (SLURM_CONF of every job) must stay readable to users
+setpriv --reuid=munge --regid=munge --init-groups munged \
+    --seed-file=/run/munge/munged.seed --log-file=/run/munge/munged.log
+exec "$0" -D -N "$1" --conf-server "$2"
+"""
+MUNGE_RUN_DIR = Path("/run/munge")
+
+
+@dataclass(frozen=True)
+class KeyBoot:
+    """The instance's way to its munge key: the server, its pin, the token's file."""
+
+    url: str
+    pin: str
+    token_file: Path
+
+
 def tool(name: str) -> str | None:
     return shutil.which(name, path=TOOL_PATH)
 
@@ -241,22 +284,40 @@ def alive(pid: int, started: int | None) -> bool:
 
 
 def spawn_slurmd(
-    instance_id: str, node: str, conf_server: str, slurmd: str, log_path: Path
+    instance_id: str,
+    node: str,
+    conf_server: str,
+    slurmd: str,
+    log_path: Path,
+    key: KeyBoot | None = None,
 ) -> tuple[int, int | None]:
     """slurmd -D in the instance's namespace and a fresh boot clock, in its own session,
-    detached from the caller (not our child for long: no Popen to reap). (pid, start time)."""
-    argv = [
-        "/bin/sh",
-        "-c",
-        BOOT_SCRIPT,
+    detached from the caller (not our child for long: no Popen to reap). With `key`, the
+    instance first fetches its munge key and runs its own munged (KEYED_BOOT_SCRIPT).
+    (pid, start time)."""
+    namespace = [
         str(BOOT_DELAY_S),
         tool("unshare") or "/usr/bin/unshare",
         tool("nsenter") or "/usr/bin/nsenter",
         str(NETNS_DIR / netns_name(instance_id)),
-        slurmd,
-        node,
-        conf_server,
     ]
+    if key is None:
+        argv = ["/bin/sh", "-c", BOOT_SCRIPT, *namespace, slurmd, node, conf_server]
+    else:
+        MUNGE_RUN_DIR.mkdir(mode=0o755, exist_ok=True)  # the mount point of the node's own
+        argv = [
+            "/bin/sh",
+            "-c",
+            KEYED_BOOT_SCRIPT,
+            *namespace,
+            NODE_BOOT,
+            slurmd,
+            node,
+            conf_server,
+            key.url,
+            key.pin,
+            str(key.token_file),
+        ]
     env = {"PATH": TOOL_PATH, "CLUSTERMGR_NODE": node, "LANG": "C.UTF-8"}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     actions = [

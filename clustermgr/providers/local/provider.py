@@ -88,7 +88,12 @@ from clustermgr.providers.local.director import (
     parse_boot,
     spawn_director,
 )
-from clustermgr.providers.local.shapes import CATALOG, CATALOG_BY_NAME, conf_server_from
+from clustermgr.providers.local.shapes import (
+    CATALOG,
+    CATALOG_BY_NAME,
+    SlurmdBoot,
+    slurmd_boot_from,
+)
 from clustermgr.providers.local.state import InstanceRecord, State, check_state_dir, locked
 
 if TYPE_CHECKING:
@@ -148,7 +153,9 @@ class LocalProvider:
 
     # --- launching --------------------------------------------------------------------
 
-    def _validate(self, spec: LaunchSpec, count: int) -> tuple[InstanceType, str | DirectorBoot]:
+    def _validate(
+        self, spec: LaunchSpec, count: int
+    ) -> tuple[InstanceType, SlurmdBoot | DirectorBoot]:
         """The instance type, and what the instances start with: slurmd's conf server,
         or a director's facts."""
         if not spec.instance_types:
@@ -174,7 +181,7 @@ class LocalProvider:
                 f"the local provider needs a node name per instance ({count} asked)",
             )
         itype = CATALOG_BY_NAME[spec.instance_types[0]]
-        return itype, parse_boot(spec) if is_director_spec(spec) else conf_server_from(spec)
+        return itype, parse_boot(spec) if is_director_spec(spec) else slurmd_boot_from(spec)
 
     def launch(self, spec: LaunchSpec, count: int, request_id: str) -> LaunchResult:
         itype, boot = self._validate(spec, count)
@@ -224,7 +231,7 @@ class LocalProvider:
         state: State,
         spec: LaunchSpec,
         itype: InstanceType,
-        boot: str | DirectorBoot,
+        boot: SlurmdBoot | DirectorBoot,
         names: list[str],
         result: LaunchResult,
     ) -> None:
@@ -281,7 +288,7 @@ class LocalProvider:
         state: State,
         spec: LaunchSpec,
         itype: InstanceType,
-        boot: str | DirectorBoot,
+        boot: SlurmdBoot | DirectorBoot,
         node: str,
         request_id: str,
     ) -> InstanceRecord:
@@ -324,18 +331,35 @@ class LocalProvider:
         return rec
 
     def _spawn(
-        self, instance_id: str, node: str, boot: str | DirectorBoot, log_path: Path
+        self, instance_id: str, node: str, boot: SlurmdBoot | DirectorBoot, log_path: Path
     ) -> tuple[int, int | None]:
         if isinstance(boot, DirectorBoot):
             return spawn_director(instance_id, boot, self._workdir(instance_id), log_path)
-        return net.spawn_slurmd(instance_id, node, boot, self.slurmd, log_path)
+        key = None
+        write_secret(self.user_data_file(instance_id), boot.user_data)
+        if boot.key is not None:
+            key = net.KeyBoot(boot.key.url, boot.key.pin, self._token_file(instance_id))
+            write_secret(key.token_file, boot.key.token)
+        return net.spawn_slurmd(instance_id, node, boot.conf_server, self.slurmd, log_path, key)
 
     def _workdir(self, instance_id: str) -> Path:
         """A director's files (slapd, rsyncd.conf, its image copy); slurmd has none."""
         return self.state_dir / "directors" / instance_id
 
+    def _token_file(self, instance_id: str) -> Path:
+        """The launch's munge-key token for the instance's boot (root-only; the boot
+        removes it once it has redeemed it)."""
+        return self.state_dir / "boot" / f"{instance_id}.token"
+
+    def user_data_file(self, instance_id: str) -> Path:
+        """The instance's user-data as launched (root-only): what a cloud keeps and its
+        metadata service shows to anyone on the instance."""
+        return self.state_dir / "boot" / f"{instance_id}.user-data"
+
     def _remove_workdir(self, instance_id: str) -> None:
         shutil.rmtree(self._workdir(instance_id), ignore_errors=True)
+        self._token_file(instance_id).unlink(missing_ok=True)
+        self.user_data_file(instance_id).unlink(missing_ok=True)
 
     def _stall(self, state: State, at: str) -> None:
         """faults.json's `stall` (tests): wait at `at`, the fault's use saved first."""
@@ -393,7 +417,7 @@ class LocalProvider:
                 else "cannot manage network namespaces: not root (needs CAP_NET_ADMIN)",
             )
         ]
-        for name in ("ip", "unshare", "nsenter"):
+        for name in ("ip", "unshare", "nsenter", "curl"):  # curl: the nodes fetch the munge key
             found = net.tool(name)
             results.append(CheckResult(name, found is not None, found or f"{name} not found"))
         slurmd_ok = os.access(self.slurmd, os.X_OK)
@@ -411,3 +435,13 @@ class LocalProvider:
             usable, detail = False, str(exc.args[0])
         results.append(CheckResult("bridge", usable, detail))
         return results
+
+
+def write_secret(path: Path, text: str) -> None:
+    """`text` into a new 0600 file (its directory 0700), never through a link."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    os.chmod(path.parent, 0o700)
+    path.unlink(missing_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(text)

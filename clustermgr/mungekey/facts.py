@@ -1,0 +1,43 @@
+"""Where a booting node finds the key server, and the facts a launch's user-data carries."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from clustermgr.bootstrap import KeyFetch
+from clustermgr.config import Settings
+from clustermgr.mungekey.grants import issue
+from clustermgr.mungekey.identity import IdentityError, ensure_identity
+
+PATH = "/munge-key"
+
+
+def head_host(settings: Settings) -> str:
+    """The host part of the conf server (what every burst node reaches for slurmctld)."""
+    server = settings.slurm.conf_server or settings.cluster.head_address
+    if server.startswith("["):
+        return server[1:].split("]", 1)[0]
+    return server.rsplit(":", 1)[0] if server.count(":") == 1 else server
+
+
+def server_url(settings: Settings, port: int | None = None) -> str:
+    host = head_host(settings)
+    shown = f"[{host}]" if ":" in host else host
+    return f"https://{shown}:{port or settings.slurm.munge_key_port}{PATH}"
+
+
+def launch_key_fetch(
+    settings: Settings, request_id: str, count: int, window_s: float, now: datetime
+) -> KeyFetch:
+    """A new one-time token for `request_id`, with the server's URL and pin: what the
+    request's user-data carries (the token is a secret: never logged, never in argv or a
+    row). IdentityError when the server's certificate or the grant cannot be written."""
+    state_dir = settings.daemon.state_dir
+    try:
+        pin = ensure_identity(state_dir).pin
+        token = issue(state_dir, request_id, count, window_s, now)
+    except OSError as exc:  # not root, or the state dir unwritable
+        raise IdentityError(
+            f"munge key grants in {state_dir}: {exc.strerror or exc} (cm-scale runs as root)"
+        ) from None
+    return KeyFetch(server_url(settings), pin, token)
