@@ -50,10 +50,21 @@ from clustermgr.pricing import price_of
 from clustermgr.providers.base import Provider
 from clustermgr.scaling.clockstep import ClockWatch, shift_timers
 from clustermgr.scaling.engine import CycleReport, Engine
-from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET, ensure_spool
+from clustermgr.statedir import (
+    LEADER_DIR,
+    SOCKET_MODE,
+    StateOwners,
+    create_private_file,
+    keep_journal_open,
+    prepare_state_dir,
+)
+from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET
 
 log = logging.getLogger("cm-scale")
 DIRECTOR_SYNC_POLL_S = 10.0
+# Pokes are coalesced: one early cycle at most every POKE_MIN_GAP_S, however many arrive
+# (a poke inside the gap is remembered and wakes the cycle when the gap ends).
+POKE_MIN_GAP_S = 2.0
 
 
 class Daemon:
@@ -79,6 +90,9 @@ class Daemon:
         self.last_scheduled_sync = 0.0  # time.monotonic() of the last full director sync
         self.clock = ClockWatch()
         self.unshifted_step_s = 0.0  # a clock step whose timers could not be moved yet
+        self.owners: StateOwners | None = None  # set by run(), which makes the layout
+        self.standby_reported = False  # "another holds the lock" is said once per standby
+        self.early_cycles = 0  # cycles a poke brought forward (a metric for tests and docs)
 
     @property
     def state_dir(self) -> Path:
@@ -87,7 +101,11 @@ class Daemon:
     # --- lifecycle -----------------------------------------------------------------------
 
     def run(self) -> int:
-        ensure_spool(self.state_dir)
+        d = self.settings.daemon
+        self.owners = prepare_state_dir(
+            d.state_dir, self.settings.slurm.user, d.admin_group, self.db.url
+        )
+        journal = keep_journal_open(self.db.url)
         self.metrics.prime(
             [(t.name, t.provider) for t in self.settings.templates],
             [*(k.value for k in ErrorKind), "CYCLE", "VANISHED", "BOOT_TIMEOUT", "HEALTH"],
@@ -124,6 +142,9 @@ class Daemon:
         self.heartbeat()
         self.lock.release()
         (self.state_dir / SOCKET).unlink(missing_ok=True)
+        self.db.dispose()  # the last connection out checkpoints the WAL into the file
+        if journal is not None:
+            journal.close()
         log.info("stopped cleanly")
         return 0
 
@@ -174,22 +195,43 @@ class Daemon:
         log.info("configuration reloaded from %s", self.config_path)
 
     def _listen_for_pokes(self) -> None:
+        """The hooks' wake-up socket: root:<SlurmUser's group> 0660 (made in the root-only
+        leader directory, then renamed into place, so it is never reachable looser)."""
+        assert self.owners is not None
         path = self.state_dir / SOCKET
-        path.unlink(missing_ok=True)
+        staging = self.state_dir / LEADER_DIR / f".{SOCKET}.new"
+        staging.unlink(missing_ok=True)
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.bind(str(path))
-            path.chmod(0o666)
+            sock.bind(str(staging))
+            if os.geteuid() == 0:
+                os.chown(staging, 0, self.owners.slurm_gid)
+            staging.chmod(SOCKET_MODE)
+            os.replace(staging, path)
             sock.settimeout(1.0)
+            last_wake = 0.0
+            pending = False
             while not self.stop_event.is_set():
                 try:
                     sock.recv(64)
+                    pending = True
                 except TimeoutError:
-                    continue
+                    pass
                 except OSError:
                     return
-                job = self.scheduler.get_job("scale")
-                if job is not None:
-                    job.modify(next_run_time=datetime.now(UTC))
+                if pending and time.monotonic() - last_wake >= POKE_MIN_GAP_S:
+                    pending = False
+                    last_wake = time.monotonic()
+                    self._wake_scale()
+                elif pending:
+                    sock.settimeout(max(0.05, last_wake + POKE_MIN_GAP_S - time.monotonic()))
+                    continue
+                sock.settimeout(1.0)
+
+    def _wake_scale(self) -> None:
+        job = self.scheduler.get_job("scale")
+        if job is not None:
+            self.early_cycles += 1
+            job.modify(next_run_time=datetime.now(UTC))
 
     # --- jobs ----------------------------------------------------------------------------
 
@@ -202,8 +244,14 @@ class Daemon:
             log.warning("lost the leader lock; standing by")
         if time.monotonic() < self.standby_until:
             self.role = "standby"
+        elif self.lock.try_acquire():
+            self.role = "leader"
+            self.standby_reported = False
         else:
-            self.role = "leader" if self.lock.try_acquire() else "standby"
+            self.role = "standby"
+            if not self.standby_reported:
+                self.standby_reported = True
+                log.warning("standing by: the leader lock is held by %s", self.lock.holder())
         if self.role != was:
             log.info("now %s", self.role)
         self.metrics.leader.set(1 if self.role == "leader" else 0)
@@ -348,7 +396,7 @@ class Daemon:
             "at": now.isoformat(),
         }
         try:
-            write_heartbeat(self.state_dir, beat)
+            write_heartbeat(self.state_dir, beat, self.owners)
         except OSError as exc:  # disk full, say: the database row below still says we live
             log.warning("heartbeat file not written in %s: %s", self.state_dir, exc.strerror)
         try:
@@ -401,12 +449,19 @@ def director_pass(
     return done.summary()
 
 
-def write_heartbeat(state_dir: Path, beat: dict[str, object]) -> None:
+def write_heartbeat(
+    state_dir: Path, beat: dict[str, object], owners: StateOwners | None = None
+) -> None:
+    """The heartbeat file: root's, group-readable by the admins (statedir.py); the hooks
+    only stat it for its age."""
     path = state_dir / HEARTBEAT_FILE
     partial = state_dir / f".{HEARTBEAT_FILE}.tmp"
-    partial.write_text(json.dumps(beat))
+    gid, mode = (owners.reader_gid, owners.reader_mode) if owners else (0, 0o600)
+    partial.unlink(missing_ok=True)
+    fd = create_private_file(partial, gid, mode)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(beat))
     os.replace(partial, path)
-    path.chmod(0o644)
 
 
 def heartbeat_age(state_dir: Path) -> float | None:

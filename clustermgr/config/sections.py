@@ -30,6 +30,8 @@ class SlurmSettings(StrictModel):
     conf_server: str = ""  # HOST[:PORT] burst nodes fetch slurm.conf from; default head_address
     munge_key_path: str = "/etc/munge/munge.key"
     hook_path: Path = Path("/usr/local/bin/clustermgr")
+    # Slurm's SlurmUser: the hooks run as it, so it (and root) alone may write the spool
+    user: str = Field("slurm", pattern=r"^[a-z_][a-z0-9_.-]*[$]?$")
 
 
 class PolicyRef(StrictModel):
@@ -48,6 +50,8 @@ class DaemonSettings(StrictModel):
     reconcile_interval_s: float = Field(60.0, gt=0)
     catalog_refresh_s: float = Field(3600.0, gt=0)
     state_dir: Path = Path("/var/lib/clustermgr")
+    # a group given read access to the database and heartbeat (read-only clustermgr verbs)
+    admin_group: str = Field("", pattern=r"^([a-z_][a-z0-9_.-]*[$]?)?$")
     orphan_grace_s: float = Field(300.0, ge=0)
     heartbeat_stale_s: float = Field(120.0, gt=0)
     metrics_address: str = "127.0.0.1"

@@ -375,3 +375,11 @@ class DaemonStatus(Base):
     pending_jobs: Mapped[int] = mapped_column(Integer, default=0)
     pending_gpus: Mapped[int] = mapped_column(Integer, default=0)
     hourly_cost: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class LeaderLockKey(Base):
+    """The PostgreSQL leader's advisory-lock key: random, written once by migration 0008."""
+
+    __tablename__ = "leader_lock"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    lock_key: Mapped[int] = mapped_column(BigInteger)

@@ -37,7 +37,7 @@ from clustermgr.scaling.protection import template_health
 from clustermgr.scaling.reconcile import Judgment, reconcile
 from clustermgr.scaling.verdicts import Verdict
 from clustermgr.workload.base import Workload
-from clustermgr.workload.hooks import read_requests, reject_malformed
+from clustermgr.workload.hooks import read_requests, reject_malformed, spool_writers
 from clustermgr.workload.slurm import SlurmCli
 
 log = logging.getLogger(__name__)
@@ -113,6 +113,7 @@ class Engine:
             load_chain(list(settings.policy.chain)), settings.policy.timeout_s
         )
         self.spool = settings.daemon.state_dir / "spool"
+        self.spool_writers = spool_writers(settings.slurm.user)  # root and SlurmUser
         # Asked before every act step: a daemon that lost leadership must not act.
         self.guard: Callable[[], bool] = lambda: True
 
@@ -136,7 +137,7 @@ class Engine:
         report.duration_s = time.monotonic() - start
         if not dry_run:
             self._record("cycle", report.summary())
-            for line in reject_malformed(self.spool):
+            for line in reject_malformed(self.spool, self.spool_writers):
                 log.warning("%s", line)
                 self._record("spool", line)
         return report
@@ -159,7 +160,7 @@ class Engine:
             nodes=nodes,
             instances=instances,
             provider_errors=dict(report.provider_errors),
-            requests=read_requests(self.spool),
+            requests=read_requests(self.spool, self.spool_writers),
             failures=failures,
             month_spend=spend,
             protected={h.template: h.blocked for h in health if h.blocked},
