@@ -92,7 +92,6 @@ class Daemon:
         self.unshifted_step_s = 0.0  # a clock step whose timers could not be moved yet
         self.owners: StateOwners | None = None  # set by run(), which makes the layout
         self.standby_reported = False  # "another holds the lock" is said once per standby
-        self.early_cycles = 0  # cycles a poke brought forward (a metric for tests and docs)
 
     @property
     def state_dir(self) -> Path:
@@ -230,7 +229,6 @@ class Daemon:
     def _wake_scale(self) -> None:
         job = self.scheduler.get_job("scale")
         if job is not None:
-            self.early_cycles += 1
             job.modify(next_run_time=datetime.now(UTC))
 
     # --- jobs ----------------------------------------------------------------------------
