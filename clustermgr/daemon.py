@@ -198,10 +198,14 @@ class Daemon:
         leader directory, then renamed into place, so it is never reachable looser)."""
         assert self.owners is not None
         path = self.state_dir / SOCKET
-        staging = self.state_dir / LEADER_DIR / f".{SOCKET}.new"
+        staging = self.state_dir / LEADER_DIR / ".sock"  # no longer than the final path
         staging.unlink(missing_ok=True)
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.bind(str(staging))
+            try:
+                sock.bind(str(staging))
+            except OSError as exc:  # a path over AF_UNIX's 108 bytes, say
+                log.error("hooks cannot wake the daemon: cannot bind %s: %s", staging, exc)
+                return
             if os.geteuid() == 0:
                 os.chown(staging, 0, self.owners.slurm_gid)
             staging.chmod(SOCKET_MODE)
