@@ -57,11 +57,22 @@ from clustermgr.scaling.clockstep import ClockWatch, shift_timers
 from clustermgr.scaling.engine import CycleReport, Engine
 from clustermgr.staging.director import staging_demand
 from clustermgr.staging.service import start_if_configured as start_staging_service
+from clustermgr.statedir import (
+    LEADER_DIR,
+    SOCKET_MODE,
+    StateOwners,
+    create_private_file,
+    keep_journal_open,
+    prepare_state_dir,
+)
 from clustermgr.watchdog import Watchdog, stall_limit_warnings
-from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET, ensure_spool
+from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET
 
 log = logging.getLogger("cm-scale")
 DIRECTOR_SYNC_POLL_S = 10.0
+# Pokes are coalesced: one early cycle at most every POKE_MIN_GAP_S, however many arrive
+# (a poke inside the gap is remembered and wakes the cycle when the gap ends).
+POKE_MIN_GAP_S = 2.0
 
 
 class Daemon:
@@ -90,6 +101,8 @@ class Daemon:
         self.unshifted_step_s = 0.0  # a clock step whose timers could not be moved yet
         self.watchdog = Watchdog.for_systemd(settings.daemon.stall_timeout_s)
         self.beat_lock = threading.Lock()  # the heartbeat job and a cycle's end share a file
+        self.owners: StateOwners | None = None  # set by run(), which makes the layout
+        self.standby_reported = False  # "another holds the lock" is said once per standby
 
     @property
     def state_dir(self) -> Path:
@@ -98,7 +111,11 @@ class Daemon:
     # --- lifecycle -----------------------------------------------------------------------
 
     def run(self) -> int:
-        ensure_spool(self.state_dir)
+        d = self.settings.daemon
+        self.owners = prepare_state_dir(
+            d.state_dir, self.settings.slurm.user, d.admin_group, self.db.url
+        )
+        journal = keep_journal_open(self.db.url)
         self.metrics.prime(
             [(t.name, t.provider) for t in self.settings.templates],
             [*(k.value for k in ErrorKind), "CYCLE", "VANISHED", "BOOT_TIMEOUT", "HEALTH"],
@@ -146,6 +163,9 @@ class Daemon:
             self.key_server.shutdown()
             self.key_server.server_close()
         (self.state_dir / SOCKET).unlink(missing_ok=True)
+        self.db.dispose()  # the last connection out checkpoints the WAL into the file
+        if journal is not None:
+            journal.close()
         log.info("stopped cleanly")
         return 0
 
@@ -215,22 +235,46 @@ class Daemon:
         log.info("configuration reloaded from %s", self.config_path)
 
     def _listen_for_pokes(self) -> None:
+        """The hooks' wake-up socket: root:<SlurmUser's group> 0660 (made in the root-only
+        leader directory, then renamed into place, so it is never reachable looser)."""
+        assert self.owners is not None
         path = self.state_dir / SOCKET
-        path.unlink(missing_ok=True)
+        staging = self.state_dir / LEADER_DIR / ".sock"  # no longer than the final path
+        staging.unlink(missing_ok=True)
         with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
-            sock.bind(str(path))
-            path.chmod(0o666)
+            try:
+                sock.bind(str(staging))
+            except OSError as exc:  # a path over AF_UNIX's 108 bytes, say
+                log.error("hooks cannot wake the daemon: cannot bind %s: %s", staging, exc)
+                return
+            if os.geteuid() == 0:
+                os.chown(staging, 0, self.owners.slurm_gid)
+            staging.chmod(SOCKET_MODE)
+            os.replace(staging, path)
             sock.settimeout(1.0)
+            last_wake = 0.0
+            pending = False
             while not self.stop_event.is_set():
                 try:
                     sock.recv(64)
+                    pending = True
                 except TimeoutError:
-                    continue
+                    pass
                 except OSError:
                     return
-                job = self.scheduler.get_job("scale")
-                if job is not None:
-                    job.modify(next_run_time=datetime.now(UTC))
+                if pending and time.monotonic() - last_wake >= POKE_MIN_GAP_S:
+                    pending = False
+                    last_wake = time.monotonic()
+                    self._wake_scale()
+                elif pending:
+                    sock.settimeout(max(0.05, last_wake + POKE_MIN_GAP_S - time.monotonic()))
+                    continue
+                sock.settimeout(1.0)
+
+    def _wake_scale(self) -> None:
+        job = self.scheduler.get_job("scale")
+        if job is not None:
+            job.modify(next_run_time=datetime.now(UTC))
 
     # --- jobs ----------------------------------------------------------------------------
 
@@ -243,8 +287,14 @@ class Daemon:
             log.warning("lost the leader lock; standing by")
         if time.monotonic() < self.standby_until:
             self.role = "standby"
+        elif self.lock.try_acquire():
+            self.role = "leader"
+            self.standby_reported = False
         else:
-            self.role = "leader" if self.lock.try_acquire() else "standby"
+            self.role = "standby"
+            if not self.standby_reported:
+                self.standby_reported = True
+                log.warning("standing by: the leader lock is held by %s", self.lock.holder())
         if self.role != was:
             log.info("now %s", self.role)
         self.metrics.leader.set(1 if self.role == "leader" else 0)
@@ -402,7 +452,7 @@ class Daemon:
             **({"stalled": stall.line()} if stall else {}),
         }
         try:
-            write_heartbeat(self.state_dir, beat)
+            write_heartbeat(self.state_dir, beat, self.owners)
         except OSError as exc:  # disk full, say: the database row below still says we live
             log.warning("heartbeat file not written in %s: %s", self.state_dir, exc.strerror)
         try:
@@ -457,12 +507,19 @@ def director_pass(
     return done.summary()
 
 
-def write_heartbeat(state_dir: Path, beat: dict[str, object]) -> None:
+def write_heartbeat(
+    state_dir: Path, beat: dict[str, object], owners: StateOwners | None = None
+) -> None:
+    """The heartbeat file: root's, group-readable by the admins (statedir.py); the hooks
+    only stat it for its age."""
     path = state_dir / HEARTBEAT_FILE
     partial = state_dir / f".{HEARTBEAT_FILE}.tmp"
-    partial.write_text(json.dumps(beat))
+    gid, mode = (owners.reader_gid, owners.reader_mode) if owners else (0, 0o600)
+    partial.unlink(missing_ok=True)
+    fd = create_private_file(partial, gid, mode)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(beat))
     os.replace(partial, path)
-    path.chmod(0o644)
 
 
 def heartbeat_age(state_dir: Path) -> float | None:

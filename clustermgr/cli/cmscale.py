@@ -5,12 +5,16 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from clustermgr import __version__
 from clustermgr.errors import ClusterMgrError
 from clustermgr.inputs import escape_controls
+
+if TYPE_CHECKING:
+    from clustermgr.statedir import StateOwners
 
 log = logging.getLogger("cm-scale")
 SDK_LOGGERS = ("azure", "botocore", "boto3", "openstack", "keystoneauth", "apscheduler")
@@ -62,11 +66,13 @@ def cm_scale(
     if dry_run:
         print_plan(engine, as_json)
         return
-    from clustermgr.workload.hooks import ensure_spool
+    from clustermgr.statedir import prepare_state_dir
 
-    ensure_spool(settings.daemon.state_dir)
+    owners = prepare_state_dir(
+        settings.daemon.state_dir, settings.slurm.user, settings.daemon.admin_group, database.url
+    )
     if once:
-        run_once(engine, settings.daemon.state_dir)
+        run_once(engine, settings.daemon.state_dir, owners)
         return
     from clustermgr.daemon import Daemon
     from clustermgr.paths import config_path as resolve_config
@@ -74,7 +80,7 @@ def cm_scale(
     raise SystemExit(Daemon(resolve_config(config_path), settings, database).run())
 
 
-def run_once(engine: object, state_dir: Path) -> None:
+def run_once(engine: object, state_dir: Path, owners: StateOwners) -> None:
     """One cycle as the leader (or not at all), with a heartbeat for the hooks."""
     import os
     import socket as socketlib
@@ -87,7 +93,7 @@ def run_once(engine: object, state_dir: Path) -> None:
     assert isinstance(engine, Engine)
     lock = make_lock(engine.db.url, engine.settings.cluster.name, state_dir)
     if not lock.try_acquire():
-        raise ClusterMgrError("another cm-scale holds the leader lock; nothing done")
+        raise ClusterMgrError(f"the leader lock is held by {lock.holder()}; nothing done")
     try:
         engine.guard = lock.still_leader
         beat = {
@@ -96,7 +102,7 @@ def run_once(engine: object, state_dir: Path) -> None:
             "role": "once",
             "at": datetime.now(UTC).isoformat(),
         }
-        write_heartbeat(state_dir, beat)
+        write_heartbeat(state_dir, beat, owners)
         report = engine.cycle()
         if engine.settings.directors and lock.still_leader():
             report.directors = run_directors_inline(engine, report.demand)

@@ -29,9 +29,11 @@ def check(app: AppContext, no_slurm: bool) -> None:
     from clustermgr.exposure import exposed_secret_files
     from clustermgr.paths import config_path
     from clustermgr.policy.loader import load_chain
+    from clustermgr.statedir import resolve_owners
 
     settings = app.settings()
     load_chain(list(settings.policy.chain))  # a policy that cannot load: one line, exit 2
+    resolve_owners(settings.slurm.user, settings.daemon.admin_group)  # no such account: exit 2
     slots = sum(len(t.node_names) for t in settings.templates)
     click.echo(
         f"{config_path(app.config_path)}: OK ({len(settings.providers)} providers, "

@@ -17,6 +17,9 @@ def db() -> None:
 @click.pass_obj
 def upgrade(app: AppContext) -> None:
     """Apply every pending schema migration."""
+    from clustermgr.cli.privilege import require_root
+
+    require_root("db upgrade")
     from clustermgr.db.engine import redact
 
     database = app.database(check_schema=False)

@@ -167,6 +167,9 @@ def sync(
 ) -> None:
     """Record a revision of each image tree that changed, rsync it to every serving director
     (or --director) and verify each copy. Exit 1 unless every copy verified."""
+    from clustermgr.cli.privilege import require_root
+
+    require_root("images sync")
     from clustermgr.directors.replication import sync_all
 
     settings = app.settings()
@@ -266,6 +269,9 @@ def status(app: AppContext, as_json: bool) -> None:
 @click.pass_obj
 def copies(app: AppContext, name: str | None, wait_s: float, as_json: bool) -> None:
     """AWS base image copies in the regions in use: start missing ones, show their state."""
+    from clustermgr.cli.privilege import require_root
+
+    require_root("images copies")
     from clustermgr.directors.machine_images import copy_base_images, wait_available
 
     settings = app.settings()

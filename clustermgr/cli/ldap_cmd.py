@@ -25,6 +25,9 @@ def ldap() -> None:
 @click.pass_obj
 def sync(app: AppContext, director: str | None, full: bool, as_json: bool) -> None:
     """Replicate the head's LDAP bases to every director with an address (or one)."""
+    from clustermgr.cli.privilege import require_root
+
+    require_root("ldap sync")
     from clustermgr.directors.ldap_conn import check_passwords
     from clustermgr.directors.ldap_sync import sync_director, targets
 

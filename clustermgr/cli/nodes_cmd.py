@@ -59,6 +59,9 @@ def nodes() -> None:
 @click.pass_obj
 def sync(app: AppContext, no_slurm: bool) -> None:
     """Register on-prem nodes from Slurm and every cloud slot from the templates."""
+    from clustermgr.cli.privilege import require_root
+
+    require_root("nodes sync")
     from clustermgr.inventory import sync_nodes
     from clustermgr.workload.slurm import SlurmCli
 

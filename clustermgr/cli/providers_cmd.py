@@ -145,6 +145,9 @@ def list_templates(app: AppContext, as_json: bool) -> None:
 @click.pass_obj
 def reset_template(app: AppContext, name: str) -> None:
     """Clear a template's protected mode: it launches again at the next cycle."""
+    from clustermgr.cli.privilege import require_root
+
+    require_root("templates reset")
     from datetime import UTC, datetime
 
     from clustermgr.db.models import ClusterEvent
@@ -182,11 +185,15 @@ def catalog(
     wanted = [settings.provider(provider_name)] if provider_name else list(settings.providers)
     with database.session() as session:
         cached = {row.provider for row in cached_catalog(session, provider_name)}
-    for conf in wanted:
-        if refresh or conf.name not in cached:
-            types = make_provider(conf, settings.cluster.name).catalog()
-            with database.session() as session:
-                store_catalog(session, settings, conf.name, types)
+    fetch = [conf for conf in wanted if refresh or conf.name not in cached]
+    if fetch:  # storing what the clouds answer changes the database
+        from clustermgr.cli.privilege import require_root
+
+        require_root("catalog --refresh" if refresh else "catalog (nothing cached yet)")
+    for conf in fetch:
+        types = make_provider(conf, settings.cluster.name).catalog()
+        with database.session() as session:
+            store_catalog(session, settings, conf.name, types)
     with database.session() as session:
         rows = [
             {

@@ -34,6 +34,8 @@ class SlurmSettings(StrictModel):
     # one-time token there for the key (clustermgr/mungekey, docs/security.md)
     munge_key_port: int = Field(6830, ge=1, le=65535)
     hook_path: Path = Path("/usr/local/bin/clustermgr")
+    # Slurm's SlurmUser: the hooks run as it, so it (and root) alone may write the spool
+    user: str = Field("slurm", pattern=r"^[a-z_][a-z0-9_.-]*[$]?$")
 
     @field_validator("onprem_partitions")
     @classmethod
@@ -62,6 +64,8 @@ class DaemonSettings(StrictModel):
     reconcile_interval_s: float = Field(60.0, gt=0)
     catalog_refresh_s: float = Field(3600.0, gt=0)
     state_dir: Path = Path("/var/lib/clustermgr")
+    # a group given read access to the database and heartbeat (read-only clustermgr verbs)
+    admin_group: str = Field("", pattern=r"^([a-z_][a-z0-9_.-]*[$]?)?$")
     orphan_grace_s: float = Field(300.0, ge=0)
     heartbeat_stale_s: float = Field(120.0, gt=0)
     # a running cycle with no progress (no Slurm command, cloud call or commit returned) for

@@ -10,10 +10,11 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 from sqlalchemy import Engine, create_engine, event, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, NoSuchModuleError, SQLAlchemyError
@@ -24,7 +25,7 @@ from clustermgr.errors import ConfigError, DatabaseError, SchemaOutOfDateError
 
 # The newest migration's revision, checked without importing Alembic so the CLI and the
 # Slurm hooks start fast. tests/integration/test_database.py keeps it equal to the head.
-SCHEMA_HEAD = "0008_ownership"
+SCHEMA_HEAD = "0009_leader_lock_key"
 
 
 def migrations_dir() -> Path:
@@ -35,9 +36,14 @@ def migrations_dir() -> Path:
     return Path(next(iter(spec.submodule_search_locations)))
 
 
+SYSTEM_DB_PATH = Path("/var/lib/clustermgr/clustermgr.db")
+
+
 def default_db_path() -> Path:
-    if os.geteuid() == 0:
-        return Path("/var/lib/clustermgr/clustermgr.db")
+    """Root's (and cm-scale's) database; an admin who may read it (`[daemon] admin_group`)
+    reads the same one; anyone else gets a database of their own."""
+    if os.geteuid() == 0 or os.access(SYSTEM_DB_PATH, os.R_OK):
+        return SYSTEM_DB_PATH
     state_home = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
     return Path(state_home) / "clustermgr" / "clustermgr.db"
 
@@ -74,8 +80,14 @@ def make_engine(url: str, busy_timeout_s: float = 30.0) -> Engine:
         if parsed.drivername == "postgresql":
             parsed = parsed.set(drivername="postgresql+psycopg")
         connect_args["connect_timeout"] = 10
+    reader = _read_only_sqlite(parsed.database) if parsed.get_backend_name() == "sqlite" else None
     try:
-        engine = create_engine(parsed, connect_args=connect_args, pool_pre_ping=True)
+        if reader is not None:
+            engine = create_engine(
+                "sqlite://", creator=lambda: reader(busy_timeout_s), pool_pre_ping=True
+            )
+        else:
+            engine = create_engine(parsed, connect_args=connect_args, pool_pre_ping=True)
     except (NoSuchModuleError, ImportError) as exc:
         raise ConfigError(
             f"database {redact(url)}: driver not available ({exc}); "
@@ -87,12 +99,38 @@ def make_engine(url: str, busy_timeout_s: float = 30.0) -> Engine:
 
 
 def _ensure_sqlite_dir(path: Path) -> None:
+    """The directory, and a new database file created 0600 (SQLite would make it by the
+    umask, often 0644: every user could read it). SQLite gives its -wal and -shm files the
+    database file's owner and mode; cm-scale opens the group read (statedir.py)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
         raise DatabaseError(
             f"database {path}: cannot create directory {path.parent}: {exc.strerror}"
         ) from None
+    with contextlib.suppress(OSError):  # it exists, or SQLite reports why it cannot
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o600))
+
+
+def _read_only_sqlite(database: str | None) -> Callable[[float], Any] | None:
+    """For who may read the database but not write it (an admin in `[daemon] admin_group`):
+    a read-only connection. With cm-scale running it reads through the live WAL; when no
+    -wal file is there (nobody has the database open) it cannot be created in root's
+    directory, so the file is read as it stands (immutable: every change is in it)."""
+    import sqlite3
+
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return None
+    path = Path(database)
+    if not path.exists() or os.access(path, os.W_OK) or not os.access(path, os.R_OK):
+        return None
+
+    def connect(timeout_s: float) -> sqlite3.Connection:
+        flags = "mode=ro" if Path(f"{path}-wal").exists() else "mode=ro&immutable=1"
+        uri = f"file:{quote(str(path.resolve()))}?{flags}"
+        return sqlite3.connect(uri, uri=True, timeout=timeout_s, check_same_thread=False)
+
+    return connect
 
 
 def _sqlite_pragmas(engine: Engine, busy_timeout_s: float) -> None:

@@ -407,3 +407,11 @@ class ForeignInstance(Base):
     launched_at: Mapped[datetime | None] = mapped_column()  # the cloud's launch time
     first_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
+class LeaderLockKey(Base):
+    """The PostgreSQL leader's advisory-lock key: random, written once by migration 0009."""
+
+    __tablename__ = "leader_lock"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    lock_key: Mapped[int] = mapped_column(BigInteger)

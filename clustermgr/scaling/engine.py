@@ -45,7 +45,7 @@ from clustermgr.scaling.protection import template_health
 from clustermgr.scaling.reconcile import Judgment, reconcile
 from clustermgr.scaling.verdicts import Verdict
 from clustermgr.workload.base import Workload
-from clustermgr.workload.hooks import read_requests, reject_malformed
+from clustermgr.workload.hooks import read_requests, reject_malformed, spool_writers
 from clustermgr.workload.slurm import SlurmCli
 
 log = logging.getLogger(__name__)
@@ -124,6 +124,7 @@ class Engine:
             load_chain(list(settings.policy.chain)), settings.policy.timeout_s
         )
         self.spool = settings.daemon.state_dir / "spool"
+        self.spool_writers = spool_writers(settings.slurm.user)  # root and SlurmUser
         # Asked before every act step: a daemon that lost leadership must not act.
         self.guard: Callable[[], bool] = lambda: True
 
@@ -147,7 +148,7 @@ class Engine:
         report.duration_s = time.monotonic() - start
         if not dry_run:
             self._record("cycle", report.summary())
-            for line in reject_malformed(self.spool):
+            for line in reject_malformed(self.spool, self.spool_writers):
                 log.warning("%s", line)
                 self._record("spool", line)
         return report
@@ -177,7 +178,7 @@ class Engine:
             nodes=rows.records,
             instances=instances,
             provider_errors=dict(report.provider_errors),
-            requests=read_requests(self.spool),
+            requests=read_requests(self.spool, self.spool_writers),
             failures=failures,
             month_spend=spend,
             protected={h.template: h.blocked for h in health if h.blocked},

@@ -6,17 +6,20 @@ writes one JSON request file into the spool directory (atomic rename), pokes the
 socket if it is there, and returns. No cloud API call, no database import.
 
 Spool layout: <state_dir>/spool/<time>-<pid>-<kind>.json, {"kind", "nodes", "jobs", "at"}.
-The directory is created by `cm-scale` (mode 1733 so SlurmUser can drop files in it).
+cm-scale creates the directory root:<SlurmUser's group> 0730 (clustermgr/statedir.py), and
+accepts a request only from a regular file of one link owned by root or SlurmUser.
 """
 
 from __future__ import annotations
 
 import _socket  # the C module: socket.py's enum set-up would cost ~3 ms per hook run
+import errno
 import json
 import os
+import stat
 import time
 import tomllib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -192,33 +195,37 @@ def poke(socket_path: Path) -> None:
 
 REQUEST_KINDS = frozenset({"resume", "suspend", "resume-fail"})
 REJECTED_SUFFIX = ".rejected"
+MAX_REQUEST_BYTES = 64 * 1024  # a hook's request for Slurm's largest hostlist is far less
+ROOT_ONLY: frozenset[int] = frozenset({0})
 
 
-def read_requests(spool: Path) -> list[HookRequest]:
-    """Every well-formed request file in the spool, oldest first (see `malformed`)."""
+def read_requests(spool: Path, writers: Collection[int] = ROOT_ONLY) -> list[HookRequest]:
+    """Every well-formed request file in the spool written by one of `writers` (uids: root
+    and SlurmUser), oldest first; anything else is left for `reject_malformed`."""
     found: list[HookRequest] = []
     for path in _entries(spool):
-        request, _problem = _read_request(path)
+        request, _problem, _owner = _read_request(path, writers)
         if request is not None:
             found.append(request)
     return found
 
 
-def reject_malformed(spool: Path) -> list[str]:
-    """Move aside the request files no hook wrote (a hook writes them whole, by rename):
-    one line each saying which file, what is wrong and where it went."""
+def reject_malformed(spool: Path, writers: Collection[int] = ROOT_ONLY) -> list[str]:
+    """Move aside every spool entry that is not a hook's request (wrong type, owner, size,
+    links or content): one line each saying which, what is wrong, whose it is and where it
+    went. Once moved it no longer ends in .json, so it is never read or reported again."""
     lines = []
     for path in _entries(spool):
-        request, problem = _read_request(path)
+        request, problem, owner = _read_request(path, writers)
         if request is not None or problem is None:
             continue
         aside = path.with_name(path.name + REJECTED_SUFFIX)
         try:
             os.replace(path, aside)
         except OSError as exc:
-            lines.append(f"spool: {path}: {problem}; cannot move it aside: {exc.strerror}")
+            lines.append(f"spool: {path}: {problem}; {owner}; cannot move it aside: {exc.strerror}")
             continue
-        lines.append(f"spool: {path.name}: {problem}; moved aside to {aside.name}")
+        lines.append(f"spool: {path.name}: {problem}; {owner}; moved aside to {aside.name}")
     return lines
 
 
@@ -229,14 +236,63 @@ def _entries(spool: Path) -> list[Path]:
         return []
 
 
-def _read_request(path: Path) -> tuple[HookRequest | None, str | None]:
-    """The request, or what is wrong with the file (None for both: it vanished)."""
+def _owner(uid: int) -> str:
+    import pwd
+
     try:
-        data = json.loads(path.read_bytes().decode("utf-8"))
+        return f"owner {pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"owner uid {uid} (no such account)"
+
+
+def _read_request(
+    path: Path, writers: Collection[int]
+) -> tuple[HookRequest | None, str | None, str]:
+    """The request, or what is wrong with the entry, and whose it is (None for both: it
+    vanished). Opened without following a link or waiting on a FIFO, judged by fstat."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
-        return None, None
+        return None, None, ""
     except OSError as exc:
-        return None, f"unreadable: {exc.strerror}"
+        try:
+            owner = _owner(path.lstat().st_uid)
+        except OSError:
+            return None, None, ""
+        if exc.errno == errno.ELOOP:
+            return None, "a symbolic link, not a request", owner
+        return None, f"cannot be opened: {exc.strerror}", owner
+    owner = "owner unknown"
+    try:
+        info = os.fstat(fd)
+        owner = _owner(info.st_uid)
+        problem = _refusal(info, writers)
+        if problem is not None:
+            return None, problem, owner
+        raw = os.read(fd, MAX_REQUEST_BYTES + 1)
+    except OSError as exc:
+        return None, f"unreadable: {exc.strerror}", owner
+    finally:
+        os.close(fd)
+    request, problem = _parse_request(raw, path)
+    return request, problem, owner
+
+
+def _refusal(info: os.stat_result, writers: Collection[int]) -> str | None:
+    if not stat.S_ISREG(info.st_mode):
+        return f"not a regular file ({stat.filemode(info.st_mode)[0]}-type)"
+    if info.st_uid not in writers:
+        return "written by neither root nor SlurmUser"
+    if info.st_nlink != 1:
+        return f"has {info.st_nlink} hard links (a hook's request has one)"
+    if info.st_size > MAX_REQUEST_BYTES:
+        return f"{info.st_size} bytes, over the {MAX_REQUEST_BYTES}-byte limit of a request"
+    return None
+
+
+def _parse_request(raw: bytes, path: Path) -> tuple[HookRequest | None, str | None]:
+    try:
+        data = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, ValueError) as exc:
         return None, f"not JSON: {str(exc).splitlines()[0][:120]}"
     try:
@@ -254,19 +310,20 @@ def _read_request(path: Path) -> tuple[HookRequest | None, str | None]:
         return None, "fields of the wrong type"
 
 
+def spool_writers(slurm_user: str) -> frozenset[int]:
+    """Root and SlurmUser: the only owners a request is accepted from."""
+    import pwd
+
+    try:
+        return frozenset({0, pwd.getpwnam(slurm_user).pw_uid})
+    except KeyError:
+        return ROOT_ONLY
+
+
 def consume(requests: Iterable[HookRequest]) -> None:
     for request in requests:
         if request.path is not None:
             request.path.unlink(missing_ok=True)
-
-
-def ensure_spool(state_dir: Path) -> Path:
-    """Create the spool so that SlurmUser may add files (sticky, world-writable, no listing)."""
-    spool = state_dir / SPOOL
-    spool.mkdir(parents=True, exist_ok=True)
-    os.chmod(spool, 0o1733)  # noqa: S103 - SlurmUser drops requests; sticky, unlistable
-    state_dir.chmod(state_dir.stat().st_mode | 0o011)  # others may traverse, not list
-    return spool
 
 
 def summarize(requests: Sequence[HookRequest]) -> str:

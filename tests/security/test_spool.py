@@ -1,0 +1,128 @@
+"""The hook spool: only SlurmUser (and root) can put a request in it, and whatever else is
+found there is moved aside once, with one warning naming its owner, without blocking or
+failing a cycle (docs/security.md, section state)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.security.conftest import Accounts, as_user
+from tests.security.statelab import BIN, StateLab, state_lab
+
+FORGE = """
+import json, sys, time
+path = sys.argv[1]
+try:
+    with open(path, "w") as f:
+        json.dump({"kind": "suspend", "nodes": ["cloud1"], "at": time.time()}, f)
+except OSError as exc:
+    print(type(exc).__name__, exc.strerror)
+    sys.exit(3)
+"""
+
+
+@pytest.fixture(scope="module")
+def lab(accounts: Accounts) -> Iterator[StateLab]:
+    with state_lab(accounts.slurm.name, accounts.admins_group) as running:
+        yield running
+
+
+def test_a_user_cannot_put_a_request_in_the_spool(lab: StateLab, accounts: Accounts) -> None:
+    forged = lab.spool / "1.000000-1-suspend.json"
+    done = as_user(accounts.attacker.name, [sys.executable, "-c", FORGE, str(forged)])
+    assert done.returncode == 3 and done.stdout.strip() == "PermissionError Permission denied"
+    hook = as_user(
+        accounts.attacker.name,
+        [str(BIN / "clustermgr-slurm-resume"), "cloud[1-4]"],
+        env={"CLUSTERMGR_CONFIG": str(lab.config)},
+    )
+    assert hook.returncode == 2, hook.stderr
+    assert "cannot write the request into" in hook.stderr and "Permission denied" in hook.stderr
+    lab.keeps_cycling()
+    assert lab.cloud_changes() == 0
+
+
+def test_slurm_users_request_is_accepted(lab: StateLab, accounts: Accounts) -> None:
+    """The same hook as SlurmUser is read and consumed by the next cycle."""
+    done = as_user(
+        accounts.slurm.name,
+        [str(BIN / "clustermgr-slurm-suspend"), "cloud2"],
+        env={"CLUSTERMGR_CONFIG": str(lab.config)},
+    )
+    assert done.returncode == 0, done.stderr
+    lab.wait_for("the request to be consumed", lambda: not list(lab.spool.glob("*.json")), 10)
+    assert "spool:" not in lab.output()
+
+
+def test_what_no_hook_wrote_is_moved_aside_once(
+    lab: StateLab, accounts: Accounts, tmp_path: Path
+) -> None:
+    victim_file = lab.base / "root-owned.txt"  # on the spool's file system, for the hard link
+    victim_file.write_text("root's\n")
+    victim_file.chmod(0o600)
+    shadow_before = Path("/etc/shadow").stat()
+    planted = {
+        "fifo.json": "not a regular file (p-type)",
+        "link.json": "a symbolic link, not a request",
+        "hard.json": "has 2 hard links",
+        "huge.json": "104857600 bytes, over the 65536-byte limit",
+        "mallory.json": "written by neither root nor SlurmUser",
+        "dir.json": "not a regular file (d-type)",
+        "garbage.json": "not JSON",
+    }
+    os.mkfifo(lab.spool / "fifo.json")
+    os.chown(lab.spool / "fifo.json", accounts.slurm.uid, accounts.slurm.gid)
+    os.symlink("/etc/shadow", lab.spool / "link.json")
+    os.link(victim_file, lab.spool / "hard.json")
+    with open(lab.spool / "huge.json", "wb") as huge:
+        huge.truncate(100 * 1024 * 1024)
+    (lab.spool / "mallory.json").write_text('{"kind": "resume", "nodes": ["cloud1"], "at": 1}')
+    os.chown(lab.spool / "mallory.json", accounts.attacker.uid, accounts.attacker.gid)
+    (lab.spool / "dir.json").mkdir()
+    garbage = as_user(
+        accounts.slurm.name,
+        [
+            sys.executable,
+            "-c",
+            "open(__import__('sys').argv[1], 'w').write('{')",
+            str(lab.spool / "garbage.json"),
+        ],
+    )
+    assert garbage.returncode == 0, garbage.stderr
+
+    lab.wait_for(
+        "every planted entry moved aside",
+        lambda: (
+            not any(
+                (lab.spool / name).exists() or (lab.spool / name).is_symlink() for name in planted
+            )
+        ),
+        15,
+    )
+    lab.keeps_cycling(3)  # and never reported again
+    warnings = [ln for ln in lab.output().splitlines() if "WARNING" in ln and "spool: " in ln]
+    owners = {
+        "fifo.json": f"owner {accounts.slurm.name} (uid {accounts.slurm.uid})",
+        "mallory.json": f"owner {accounts.attacker.name} (uid {accounts.attacker.uid})",
+        "link.json": "owner root (uid 0)",
+    }
+    for name, problem in planted.items():
+        said = [w for w in warnings if f"spool: {name}: " in w]
+        assert len(said) == 1, (name, said)
+        assert problem in said[0] and f"moved aside to {name}.rejected" in said[0], said[0]
+        assert owners.get(name, "(uid ") in said[0], said[0]
+        aside = lab.spool / f"{name}.rejected"
+        assert aside.exists() or aside.is_symlink(), name
+    assert victim_file.read_text() == "root's\n"
+    after = Path("/etc/shadow").stat()
+    assert (after.st_mode, after.st_uid, after.st_mtime_ns) == (
+        shadow_before.st_mode,
+        shadow_before.st_uid,
+        shadow_before.st_mtime_ns,
+    )
+    assert lab.cloud_changes() == 0
