@@ -95,7 +95,20 @@ def secure_sqlite_files(database: Path, owners: StateOwners) -> None:
     for suffix in SQLITE_SIDE_FILES:
         path = database.with_name(database.name + suffix)
         if path.exists():
-            secure_file(path, owners.reader_gid, owners.reader_mode)
+            _secure_sqlite_file(path, owners.reader_gid, owners.reader_mode)
+
+
+def _secure_sqlite_file(path: Path, gid: int, mode: int) -> None:
+    """By path, never through a descriptor: closing any descriptor of a file drops every
+    POSIX lock this process holds on it, SQLite's included (its -shm lock lost, another
+    process's connection would checkpoint and delete the WAL a live connection writes to).
+    The directory is root's, so nobody can swap the file between the lstat and the chmod."""
+    info = path.lstat()
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{path}: not a regular file; remove it and restart cm-scale")
+    if os.geteuid() == 0:
+        os.chown(path, 0, gid, follow_symlinks=False)
+    os.chmod(path, mode)
 
 
 def secure_file(path: Path, gid: int, mode: int) -> None:
