@@ -126,3 +126,51 @@ def test_what_no_hook_wrote_is_moved_aside_once(
         shadow_before.st_mtime_ns,
     )
     assert lab.cloud_changes() == 0
+
+
+RACE = """
+import os, sys, time
+spool, seconds = sys.argv[1], float(sys.argv[2])
+final, tmp = os.path.join(spool, "race.json"), os.path.join(spool, ".race.tmp")
+end, swaps = time.monotonic() + seconds, 0
+while time.monotonic() < end:
+    for make in (
+        lambda: os.mkfifo(tmp),
+        lambda: os.symlink("/etc/shadow", tmp),
+        lambda: open(tmp, "wb").truncate(64 * 1024 * 1024),
+        lambda: open(tmp, "w").write('{"kind": "suspend", "nodes": ["cloud3"], "at": 1}'),
+    ):
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        make()
+        os.replace(tmp, final)  # the name the daemon just listed is now something else
+        swaps += 1
+print(swaps)
+"""
+
+
+def test_a_request_swapped_under_the_daemon_is_never_followed_nor_blocks_it(
+    lab: StateLab, accounts: Accounts
+) -> None:
+    """SlurmUser swaps one request name between a FIFO, a link to /etc/shadow, a 64 MB
+    file and a valid request as fast as it can while cycles read the spool: no cycle
+    blocks, nothing is followed, the last entry is judged like any other."""
+    shadow_before = Path("/etc/shadow").stat()
+    cycles_before = lab.cycles()
+    racer = as_user(accounts.slurm.name, [sys.executable, "-c", RACE, str(lab.spool), "4"])
+    assert racer.returncode == 0, racer.stderr
+    assert int(racer.stdout) > 100, racer.stdout  # it really raced
+    assert lab.cycles() >= cycles_before + 2, lab.output()[-2000:]  # cycles went on meanwhile
+    lab.keeps_cycling(2)
+    lab.wait_for(
+        "the last swapped entry judged", lambda: not (lab.spool / "race.json").exists(), 10
+    )
+    after = Path("/etc/shadow").stat()
+    assert (after.st_mode, after.st_uid, after.st_mtime_ns) == (
+        shadow_before.st_mode,
+        shadow_before.st_uid,
+        shadow_before.st_mtime_ns,
+    )
+    assert "Traceback" not in lab.output()
