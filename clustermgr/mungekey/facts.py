@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 from clustermgr.bootstrap import KeyFetch
 from clustermgr.config import Settings
@@ -29,13 +30,15 @@ def server_url(settings: Settings, port: int | None = None) -> str:
 def launch_key_fetch(
     settings: Settings, request_id: str, count: int, window_s: float, now: datetime
 ) -> KeyFetch:
-    """A new one-time token for `request_id`, with the server's URL and pin: what the
-    request's user-data carries (the token is a secret: never logged, never in argv or a
-    row). IdentityError when the server's certificate or the grant cannot be written."""
+    """The one-time token of `request_id` (derived from the munge key, so the same on every
+    head and every retry), the server's URL and pin: what the request's user-data carries
+    (the token is a secret: never logged, never in argv or a row). IdentityError when the
+    munge key cannot be read or the certificate or the grant cannot be written."""
     state_dir = settings.daemon.state_dir
+    key_path = Path(settings.slurm.munge_key_path)
     try:
-        pin = ensure_identity(state_dir).pin
-        token = issue(state_dir, request_id, count, window_s, now)
+        pin = ensure_identity(state_dir, key_path).pin
+        token = issue(state_dir, key_path.read_bytes(), request_id, count, window_s, now)
     except OSError as exc:  # not root, or the state dir unwritable
         raise IdentityError(
             f"munge key grants in {state_dir}: {exc.strerror or exc} (cm-scale runs as root)"

@@ -4,26 +4,26 @@ A batch launch (EC2 CreateFleet) gives every instance the same user-data, so a r
 token may be redeemed once by each instance of the request, up to the request's count,
 each from its own private address. Only the token's SHA-256 is kept (in
 `<state_dir>/munge-key/grants.json`, 0600 root); the token itself lives only in the
-user-data of that request. A relaunch under the same request id (a retry after a crash)
-adds a new token to the same grant: the instances that booted with the old one still redeem.
+user-data of that request. The token is derived from the munge key and the request id
+(identity.derived), so a relaunch under the same request id (a retry after a crash, or by
+the standby after a takeover) renders the same user-data, as an idempotent launch must.
 """
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
 import os
-import secrets
 from collections.abc import Callable, Collection
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
 
-from clustermgr.mungekey.identity import key_dir, locked
+from clustermgr.mungekey.identity import derived, key_dir, locked
 
 GRANTS_FILE = "grants.json"
-TOKEN_BYTES = 32
 KEEP_AFTER_EXPIRY = timedelta(days=1)  # then pruned: a replay is refused either way
 
 
@@ -97,9 +97,20 @@ def _prune(grants: dict[str, Grant], now: datetime) -> None:
             del grants[request_id]
 
 
-def issue(state_dir: Path, request_id: str, count: int, window_s: float, now: datetime) -> str:
-    """A new token for `request_id` (redeemable by `count` instances until now + window)."""
-    token = secrets.token_urlsafe(TOKEN_BYTES)
+def request_token(munge_key: bytes, request_id: str) -> str:
+    return base64.urlsafe_b64encode(derived(munge_key, f"token {request_id}")).decode().rstrip("=")
+
+
+def issue(
+    state_dir: Path,
+    munge_key: bytes,
+    request_id: str,
+    count: int,
+    window_s: float,
+    now: datetime,
+) -> str:
+    """The token of `request_id` (redeemable by `count` instances until now + window)."""
+    token = request_token(munge_key, request_id)
     expires = (now + timedelta(seconds=window_s)).isoformat()
     directory = key_dir(state_dir)
     with locked(directory, "grants.lock"):
@@ -109,7 +120,8 @@ def issue(state_dir: Path, request_id: str, count: int, window_s: float, now: da
         if grant is None:
             grant = Grant(request_id, [], count, now.isoformat(), expires)
             grants[request_id] = grant
-        grant.token_hashes.append(token_hash(token))
+        if token_hash(token) not in grant.token_hashes:
+            grant.token_hashes.append(token_hash(token))
         grant.count = max(grant.count, count)
         grant.expires_at = max(grant.expires_at, expires)
         _save(state_dir, grants)

@@ -4,8 +4,12 @@ to this server and no other (`curl --pinnedpubkey`). No CA is involved: the pin 
 trust, and it travels in the user-data the cloud API (authenticated by the site's
 credentials) hands to the instance.
 
-Made once with `openssl` (argv, no shell) the first time it is needed; kept across restarts,
-so nodes launched before a restart still verify the server after it.
+The private key is derived from the munge key (HMAC-SHA256, a P-256 scalar): every head
+node holds the same munge key, so every head serves with the same public key and a launch's
+user-data is the same whichever head renders it, before or after a restart or a takeover.
+A re-issued launch (same idempotency token) must carry the same user-data, or the cloud
+refuses it (EC2: IdempotentParameterMismatch). Whoever could read the derived key already
+holds the munge key. The certificate around it is made with `openssl` (argv, no shell).
 """
 
 from __future__ import annotations
@@ -13,6 +17,7 @@ from __future__ import annotations
 import base64
 import fcntl
 import hashlib
+import hmac
 import os
 import shutil
 import subprocess
@@ -56,14 +61,47 @@ def locked(directory: Path, name: str) -> Iterator[None]:
         os.close(fd)
 
 
-def ensure_identity(state_dir: Path) -> ServerIdentity:
-    """The server's certificate and key, made if missing; IdentityError when openssl is
-    missing or fails (one line)."""
+# P-256's group order: a private scalar is in [1, N - 1]
+P256_ORDER = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+# SEC1 ECPrivateKey around a 32-byte scalar, curve prime256v1, public point left out
+# (openssl computes it): SEQUENCE { INTEGER 1, OCTET STRING scalar, [0] OID }
+SEC1_HEAD = bytes.fromhex("30310201010420")
+SEC1_TAIL = bytes.fromhex("a00a06082a8648ce3d030107")
+
+
+def derived(munge_key: bytes, purpose: str) -> bytes:
+    """32 bytes derived from the munge key for one purpose (the server's key, a token)."""
+    return hmac.new(
+        munge_key, f"clustermgr munge-key server: {purpose}".encode(), "sha256"
+    ).digest()
+
+
+def private_key_pem(munge_key: bytes) -> bytes:
+    scalar = int.from_bytes(derived(munge_key, "tls key"), "big") % (P256_ORDER - 1) + 1
+    der = SEC1_HEAD + scalar.to_bytes(32, "big") + SEC1_TAIL
+    body = base64.encodebytes(der).decode().replace("\n", "")
+    lines = [body[i : i + 64] for i in range(0, len(body), 64)]
+    pem = "-----BEGIN EC PRIVATE KEY-----\n" + "\n".join(lines) + "\n-----END EC PRIVATE KEY-----\n"
+    return pem.encode()
+
+
+def ensure_identity(state_dir: Path, munge_key_path: Path) -> ServerIdentity:
+    """The server's key (derived from the munge key) and its certificate, (re)made when
+    missing or when the munge key changed; IdentityError when the munge key cannot be read
+    or openssl fails (one line)."""
+    try:
+        munge_key = munge_key_path.read_bytes()
+    except OSError as exc:
+        raise IdentityError(
+            f"munge key server: cannot read the munge key {munge_key_path}: {exc.strerror}"
+        ) from None
+    wanted = private_key_pem(munge_key)
     directory = key_dir(state_dir)
     cert, key = directory / CERT_FILE, directory / KEY_FILE
     with locked(directory, "identity.lock"):
-        if not (cert.is_file() and key.is_file()):
-            _make(cert, key)
+        current = key.read_bytes() if key.is_file() else b""
+        if current != wanted or not cert.is_file():
+            _make(cert, key, wanted)
     return ServerIdentity(cert, key, pin_of(cert))
 
 
@@ -85,19 +123,17 @@ def _openssl(*args: str) -> str:
     return done.stdout
 
 
-def _make(cert: Path, key: Path) -> None:
+def _make(cert: Path, key: Path, key_pem: bytes) -> None:
     tmp_key, tmp_cert = key.with_suffix(".tmp-key"), cert.with_suffix(".tmp-crt")
     old_umask = os.umask(0o077)
     try:
+        fd = os.open(tmp_key, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(key_pem)
         _openssl(
             "req",
             "-x509",
-            "-newkey",
-            "ec",
-            "-pkeyopt",
-            "ec_paramgen_curve:prime256v1",
-            "-nodes",
-            "-keyout",
+            "-key",
             str(tmp_key),
             "-out",
             str(tmp_cert),

@@ -128,7 +128,9 @@ class KeyServer(ThreadingHTTPServer):
         self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
         try:
-            self.identity = identity or ensure_identity(settings.daemon.state_dir)
+            self.identity = identity or ensure_identity(
+                settings.daemon.state_dir, Path(settings.slurm.munge_key_path)
+            )
             self.tls.load_cert_chain(self.identity.cert, self.identity.key)
         except (OSError, ssl.SSLError) as exc:  # not root, or a damaged certificate
             raise KeyServerError(f"munge key server: its certificate: {exc}") from None
