@@ -32,6 +32,27 @@ def lab(accounts: Accounts) -> Iterator[StateLab]:
         yield running
 
 
+@pytest.fixture
+def secret(lab: StateLab) -> Iterator[Path]:
+    """A root-only file the planted links point at; nothing else on the machine touches it
+    (unlike /etc/shadow, which every useradd rewrites), so any change is the daemon's."""
+    path = lab.base / "root-secret"
+    path.write_text("root only\n")
+    path.chmod(0o600)
+    yield path
+    path.unlink()
+
+
+def _unchanged(path: Path, before: os.stat_result) -> bool:
+    after = path.stat()
+    return (after.st_mode, after.st_uid, after.st_mtime_ns, after.st_size) == (
+        before.st_mode,
+        before.st_uid,
+        before.st_mtime_ns,
+        before.st_size,
+    )
+
+
 def test_a_user_cannot_put_a_request_in_the_spool(lab: StateLab, accounts: Accounts) -> None:
     forged = lab.spool / "1.000000-1-suspend.json"
     done = as_user(accounts.attacker.name, [sys.executable, "-c", FORGE, str(forged)])
@@ -60,12 +81,12 @@ def test_slurm_users_request_is_accepted(lab: StateLab, accounts: Accounts) -> N
 
 
 def test_what_no_hook_wrote_is_moved_aside_once(
-    lab: StateLab, accounts: Accounts, tmp_path: Path
+    lab: StateLab, accounts: Accounts, secret: Path
 ) -> None:
     victim_file = lab.base / "root-owned.txt"  # on the spool's file system, for the hard link
     victim_file.write_text("root's\n")
     victim_file.chmod(0o600)
-    shadow_before = Path("/etc/shadow").stat()
+    secret_before = secret.stat()
     planted = {
         "fifo.json": "not a regular file (p-type)",
         "link.json": "a symbolic link, not a request",
@@ -77,7 +98,7 @@ def test_what_no_hook_wrote_is_moved_aside_once(
     }
     os.mkfifo(lab.spool / "fifo.json")
     os.chown(lab.spool / "fifo.json", accounts.slurm.uid, accounts.slurm.gid)
-    os.symlink("/etc/shadow", lab.spool / "link.json")
+    os.symlink(secret, lab.spool / "link.json")
     os.link(victim_file, lab.spool / "hard.json")
     with open(lab.spool / "huge.json", "wb") as huge:
         huge.truncate(100 * 1024 * 1024)
@@ -119,24 +140,19 @@ def test_what_no_hook_wrote_is_moved_aside_once(
         aside = lab.spool / f"{name}.rejected"
         assert aside.exists() or aside.is_symlink(), name
     assert victim_file.read_text() == "root's\n"
-    after = Path("/etc/shadow").stat()
-    assert (after.st_mode, after.st_uid, after.st_mtime_ns) == (
-        shadow_before.st_mode,
-        shadow_before.st_uid,
-        shadow_before.st_mtime_ns,
-    )
+    assert _unchanged(secret, secret_before)
     assert lab.cloud_changes() == 0
 
 
 RACE = """
 import os, sys, time
-spool, seconds = sys.argv[1], float(sys.argv[2])
+spool, seconds, secret = sys.argv[1], float(sys.argv[2]), sys.argv[3]
 final, tmp = os.path.join(spool, "race.json"), os.path.join(spool, ".race.tmp")
 end, swaps = time.monotonic() + seconds, 0
 while time.monotonic() < end:
     for make in (
         lambda: os.mkfifo(tmp),
-        lambda: os.symlink("/etc/shadow", tmp),
+        lambda: os.symlink(secret, tmp),
         lambda: open(tmp, "wb").truncate(64 * 1024 * 1024),
         lambda: open(tmp, "w").write('{"kind": "suspend", "nodes": ["cloud3"], "at": 1}'),
     ):
@@ -152,14 +168,14 @@ print(swaps)
 
 
 def test_a_request_swapped_under_the_daemon_is_never_followed_nor_blocks_it(
-    lab: StateLab, accounts: Accounts
+    lab: StateLab, accounts: Accounts, secret: Path
 ) -> None:
-    """SlurmUser swaps one request name between a FIFO, a link to /etc/shadow, a 64 MB
+    """SlurmUser swaps one request name between a FIFO, a link to a root-only file, a 64 MB
     file and a valid request as fast as it can while cycles read the spool: no cycle
     blocks, nothing is followed, the last entry is judged like any other."""
-    shadow_before = Path("/etc/shadow").stat()
+    secret_before = secret.stat()
     cycles_before = lab.cycles()
-    racer = as_user(accounts.slurm.name, [sys.executable, "-c", RACE, str(lab.spool), "4"])
+    racer = as_user(accounts.slurm.name, [sys.executable, "-c", RACE, str(lab.spool), "4", str(secret)])
     assert racer.returncode == 0, racer.stderr
     assert int(racer.stdout) > 100, racer.stdout  # it really raced
     assert lab.cycles() >= cycles_before + 2, lab.output()[-2000:]  # cycles went on meanwhile
@@ -167,10 +183,5 @@ def test_a_request_swapped_under_the_daemon_is_never_followed_nor_blocks_it(
     lab.wait_for(
         "the last swapped entry judged", lambda: not (lab.spool / "race.json").exists(), 10
     )
-    after = Path("/etc/shadow").stat()
-    assert (after.st_mode, after.st_uid, after.st_mtime_ns) == (
-        shadow_before.st_mode,
-        shadow_before.st_uid,
-        shadow_before.st_mtime_ns,
-    )
+    assert _unchanged(secret, secret_before)
     assert "Traceback" not in lab.output()
