@@ -17,7 +17,15 @@ if TYPE_CHECKING:
     from clustermgr.statedir import StateOwners
 
 log = logging.getLogger("cm-scale")
-SDK_LOGGERS = ("azure", "botocore", "boto3", "openstack", "keystoneauth", "apscheduler")
+SDK_LOGGERS = (
+    "azure",
+    "botocore",
+    "boto3",
+    "openstack",
+    "keystoneauth",
+    "apscheduler",
+    "alembic",  # its plugin set-up logs at INFO whenever the schema head is looked up
+)
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,6 +53,8 @@ def cm_scale(
     debug: bool,
 ) -> None:
     """Scale the cluster's cloud nodes with the configured policies."""
+    if as_json and not dry_run:  # without --dry-run it would start the daemon, which acts
+        raise click.UsageError("--json only goes with --dry-run (it prints the plan as JSON)")
     from clustermgr.cli.context import AppContext
     from clustermgr.logsafe import configure
     from clustermgr.scaling.engine import Engine

@@ -43,6 +43,8 @@ class AppContext:
             from clustermgr.db.engine import Database
 
             url, timeout = self._database_url(validate_config)
+            if check_schema:
+                _refuse_missing_sqlite(url)
             self._db = Database(url, timeout)
         if check_schema:
             self._db.require_current_schema()
@@ -105,3 +107,27 @@ class AppContext:
     def close(self) -> None:
         if self._db is not None:
             self._db.dispose()
+
+
+def _refuse_missing_sqlite(url: str) -> None:
+    """A command that needs the schema says a missing SQLite file has none, without creating
+    it (an empty file, or its directory, left behind would look like a database)."""
+    from pathlib import Path
+
+    from sqlalchemy import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    from clustermgr.errors import SchemaOutOfDateError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return  # make_engine names what is wrong with the URL
+    database = parsed.database or ""
+    if parsed.get_backend_name() != "sqlite" or database in ("", ":memory:"):
+        return
+    if database.startswith("file:") or Path(database).exists():
+        return
+    raise SchemaOutOfDateError(
+        f"database {database} does not exist: run `clustermgr db upgrade` to create it"
+    )

@@ -6,11 +6,14 @@ import json
 import sys
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from clustermgr.inputs import escape_controls
+
+if TYPE_CHECKING:
+    from rich.text import Text
 
 
 def _default(value: Any) -> Any:
@@ -57,16 +60,19 @@ def emit_fields(row: Mapping[str, Any]) -> None:
         click.echo(f"{key:<{width}}  {text}")
 
 
-def _cell(value: Any) -> str:
-    """A cell's text; names and reasons from outside with their control characters escaped
-    (an escape sequence in a spool file name must not drive the admin's terminal)."""
+def _cell(value: Any) -> Text:
+    """A cell's text, never read as rich markup (a hostlist such as `gpu-[001-064]` is text,
+    not a style); names and reasons from outside with their control characters escaped (an
+    escape sequence in a spool file name must not drive the admin's terminal)."""
+    from rich.text import Text
+
     if value is None:
-        return "-"
+        return Text("-")
     if isinstance(value, datetime):
-        return value.strftime("%Y-%m-%d %H:%M:%S")
+        return Text(value.strftime("%Y-%m-%d %H:%M:%S"))
     if isinstance(value, list | tuple):
-        return escape_controls(",".join(str(v) for v in value))
-    return escape_controls(str(value))
+        return Text(escape_controls(",".join(str(v) for v in value)))
+    return Text(escape_controls(str(value)))
 
 
 def emit(

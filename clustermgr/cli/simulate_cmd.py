@@ -180,11 +180,12 @@ POWER_ROWS: list[tuple[str, str]] = [
 def _table(runs: list[tuple[Any, float]], rows: list[tuple[str, str]]) -> None:
     from rich.console import Console
     from rich.table import Table
+    from rich.text import Text
 
     table = Table(show_edge=False, header_style="bold")
     table.add_column("")
     for figures, _ in runs:
-        table.add_column(figures.strategy, justify="right")
+        table.add_column(Text(figures.strategy), justify="right")  # a name, not markup
     for label, key in rows:
         table.add_row(label, *(_show(key, getattr(f, key)) for f, _ in runs))
     table.add_row("replay time", *(f"{seconds:.1f} s" for _, seconds in runs))

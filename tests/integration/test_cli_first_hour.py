@@ -1,0 +1,86 @@
+"""What a new admin ran into in the first hour (issue 26): each as the admin typed it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import EXAMPLE_CONFIG, run_cli
+
+pytestmark = pytest.mark.integration
+CM_SCALE = str(Path(sys.executable).with_name("cm-scale"))
+
+
+def test_json_without_dry_run_is_a_usage_error_and_starts_nothing(tmp_path: Path) -> None:
+    db = tmp_path / "cm.db"
+    done = subprocess.run(
+        [CM_SCALE, "--config", str(EXAMPLE_CONFIG), "--db", f"sqlite:///{db}", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "--json only goes with --dry-run" in done.stderr
+    assert done.stdout == "" and not db.exists()
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["status"],
+        ["nodes", "list"],
+        ["events"],
+        ["policy", "dry-run"],
+    ],
+)
+def test_a_command_on_a_database_never_created_leaves_nothing_behind(
+    tmp_path: Path, argv: list[str]
+) -> None:
+    db = tmp_path / "state" / "cm.db"
+    done = run_cli("--db", f"sqlite:///{db}", "--config", str(EXAMPLE_CONFIG), *argv)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert done.stderr.count("\n") == 1, done.stderr
+    assert f"database {db} does not exist: run `clustermgr db upgrade`" in done.stderr
+    assert not db.parent.exists()
+
+
+def test_cm_scale_once_on_a_database_never_created_is_one_line(tmp_path: Path) -> None:
+    db = tmp_path / "cm.db"
+    done = subprocess.run(
+        [CM_SCALE, "--config", str(EXAMPLE_CONFIG), "--db", f"sqlite:///{db}", "--once"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "alembic" not in done.stderr and "INFO" not in done.stderr, done.stderr
+    assert "does not exist: run `clustermgr db upgrade`" in done.stderr
+    assert not db.exists()
+
+
+def test_db_upgrade_still_creates_the_database(tmp_path: Path) -> None:
+    db = tmp_path / "new" / "cm.db"
+    assert run_cli("--db", f"sqlite:///{db}", "db", "upgrade").returncode == 0
+    assert db.exists() and (db.stat().st_mode & 0o777) == 0o600
+    listed = run_cli("--db", f"sqlite:///{db}", "--config", str(EXAMPLE_CONFIG), "nodes", "list")
+    assert listed.returncode == 0, listed.stderr
+
+
+def test_tables_show_hostlists_as_text(tmp_path: Path) -> None:
+    """A bracketed hostlist in a table cell is text (rich would read `[a-001,b]` as markup
+    and drop it): the cell shows exactly what --json says."""
+    code = (
+        "from clustermgr.cli.output import emit\n"
+        "rows = [{'template': 'aws-gpu2', 'nodes': 'gpu-[001-064]', 'reason': '[bold]x[/bold]'}]\n"
+        "emit(rows, ['template', 'nodes', 'reason'], False, 'Plan')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=30, check=True
+    )
+    assert "gpu-[001-064]" in done.stdout
+    assert "[bold]x[/bold]" in done.stdout
