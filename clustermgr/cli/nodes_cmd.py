@@ -137,6 +137,9 @@ def list_nodes(
         # row-by-row fetching cost ~40 ms per 10,000 nodes
         result = session.connection().execute(query).all()
         rows = [dict(zip(NODE_KEYS, row, strict=True)) for row in result]
+        if not rows:  # an unknown name is bad input, not an empty listing
+            _refuse_unknown(session, Node.template, "template", template)
+            _refuse_unknown(session, Node.provider, "provider", provider)
     shown: tuple[str, ...] = TABLE_COLUMNS
     if powered:  # on-prem templates configured: each node's power, as the engine has it
         for row in rows:
@@ -151,6 +154,17 @@ def list_nodes(
                 if row[key] is not None:
                     row[key] = row[key].isoformat()
     emit(rows, shown, as_json, "Nodes")
+
+
+def _refuse_unknown(session: Any, column: Any, what: str, name: str | None) -> None:
+    from sqlalchemy import select
+
+    if name is None:
+        return
+    known = sorted(n for n in session.scalars(select(column).distinct()) if n)
+    if name not in known:
+        listed = ", ".join(known) if known else "none registered: run `clustermgr nodes sync`"
+        raise UsageError(f"--{what} {name!r}: no node has this {what} (known: {listed})")
 
 
 def _onprem_providers(session: Any) -> frozenset[str]:

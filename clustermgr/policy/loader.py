@@ -71,13 +71,42 @@ def _from_file(name: str, path: Path) -> type[Any]:
 
 def load_policy(ref: PolicyRef) -> Policy:
     cls = policy_class(ref)
+    _check_option_names(ref, cls)
     try:
         policy = cls(**ref.options)
-    except TypeError as exc:
+    except (TypeError, ValueError) as exc:
         raise ConfigError(f"policy {ref.name!r}: bad options {ref.options}: {exc}") from None
     if not isinstance(policy, Policy):
         raise ConfigError(f"policy {ref.name!r}: {cls.__name__} has no decide(view) method")
     return policy
+
+
+def _check_option_names(ref: PolicyRef, cls: type[Any]) -> None:
+    """An option the policy does not take, or one it needs and was not given, named with
+    the options it does take (rather than Python's `__init__() got an unexpected ...`)."""
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):  # no introspectable signature: the call says
+        return
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    takes = [p.name for p in params if p.kind in named]
+    offered = ", ".join(takes) if takes else "none"
+    unknown = sorted(set(ref.options) - set(takes))
+    if unknown:
+        raise ConfigError(
+            f"policy {ref.name!r}: unknown option(s) {', '.join(unknown)}; its options: {offered}"
+        )
+    missing = [
+        p.name
+        for p in params
+        if p.kind in named and p.default is inspect.Parameter.empty and p.name not in ref.options
+    ]
+    if missing:
+        raise ConfigError(
+            f"policy {ref.name!r}: missing option(s) {', '.join(missing)}; its options: {offered}"
+        )
 
 
 def load_chain(refs: list[PolicyRef]) -> list[Policy]:

@@ -184,7 +184,7 @@ def test_config_check_loads_the_policy_chain(tmp_path: Path) -> None:
         ),
         '[{ name = "no_such_policy" }]': "policy 'no_such_policy': not built in",
         '[{ name = "idle_timeout", options = { hours = 2 } }]': (
-            "policy 'idle_timeout': bad options"
+            "policy 'idle_timeout': unknown option(s) hours; its options: minutes, margin_s"
         ),
     }
     for chain, first_line in cases.items():

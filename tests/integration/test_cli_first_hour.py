@@ -84,3 +84,18 @@ def test_tables_show_hostlists_as_text(tmp_path: Path) -> None:
     )
     assert "gpu-[001-064]" in done.stdout
     assert "[bold]x[/bold]" in done.stdout
+
+
+def test_nodes_list_with_an_unknown_template_is_bad_input(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'cm.db'}"
+    assert run_cli("--db", db, "db", "upgrade").returncode == 0
+    config = ("--db", db, "--config", str(EXAMPLE_CONFIG))
+    assert run_cli(*config, "nodes", "sync", "--no-slurm").returncode == 0
+    done = run_cli(*config, "nodes", "list", "--template", "nosuch")
+    assert done.returncode == 2 and done.stdout == "", done
+    assert "--template 'nosuch': no node has this template (known: " in done.stderr
+    assert "local-gpu" in done.stderr
+    typo = run_cli(*config, "nodes", "list", "--provider", "aws9")
+    assert typo.returncode == 2 and "--provider 'aws9': no node has this provider" in typo.stderr
+    none_down = run_cli(*config, "nodes", "list", "--template", "local-gpu", "--state", "up")
+    assert none_down.returncode == 0 and "no nodes" in none_down.stdout  # known, none match

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 
@@ -288,8 +289,21 @@ def test_policies_are_pure() -> None:
 def test_loader_errors_are_one_line(tmp_path: object) -> None:
     with pytest.raises(ConfigError, match="policy 'nope': not built in"):
         load_policy(PolicyRef(name="nope"))
-    with pytest.raises(ConfigError, match="policy 'idle_timeout': bad options"):
+    with pytest.raises(
+        ConfigError,
+        match=r"'idle_timeout': unknown option\(s\) minutse; its options: minutes, margin_s$",
+    ):
         load_policy(PolicyRef(name="idle_timeout", options={"minutse": 3}))
+    needy = Path(str(tmp_path)) / "needy.py"
+    needy.write_text(
+        "class Needy:\n    name = 'needy'\n"
+        "    def __init__(self, limit: int, slack: int = 0):\n        self.limit = limit\n"
+        "    def decide(self, view):\n        return None\n"
+    )
+    with pytest.raises(
+        ConfigError, match=r"policy 'needy': missing option\(s\) limit; its options: limit, slack$"
+    ):
+        load_policy(PolicyRef(name="needy", path=str(needy)))
 
 
 def test_pending_reasons_in_either_spelling_count_as_lack_of_resources() -> None:
