@@ -249,21 +249,46 @@ def parse_since(text: str, now: datetime) -> datetime:
     return stamp if stamp.tzinfo else stamp.replace(tzinfo=UTC)
 
 
+CLUSTER_EVENT_KEYS = ("at", "kind", "source", "message")
+
+
 @click.command()
 @click.option(
     "--since", default="1d", show_default=True, help="Duration (15m, 2h, 7d) or ISO time."
 )
 @click.option("--node", help="Only events of this node.")
+@click.option(
+    "--cluster",
+    is_flag=True,
+    help="Cluster events instead: cycles, refusals, hook requests, policy errors, ...",
+)
+@click.option("--kind", help="With --cluster: only events of this kind (cycle, refusal, ...).")
 @click.option("--limit", default=1000, show_default=True, type=click.IntRange(1))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
-def events(app: AppContext, since: str, node: str | None, limit: int, as_json: bool) -> None:
-    """Recent node state transitions across the cluster, oldest first."""
+def events(
+    app: AppContext,
+    since: str,
+    node: str | None,
+    cluster: bool,
+    kind: str | None,
+    limit: int,
+    as_json: bool,
+) -> None:
+    """Recent node state transitions across the cluster, oldest first (--cluster: what
+    happened to the cluster rather than to one node)."""
     from sqlalchemy import select
 
     from clustermgr.db.models import Node, NodeEvent
 
+    if kind and not cluster:
+        raise UsageError("--kind goes with --cluster (node transitions: use --node)")
+    if node and cluster:
+        raise UsageError("--node and --cluster exclude each other")
     start = parse_since(since, datetime.now(UTC))
+    if cluster:
+        _cluster_events(app, start, kind, limit, as_json)
+        return
     query = (
         select(NodeEvent, Node.name)
         .join(Node)
@@ -280,3 +305,32 @@ def events(app: AppContext, since: str, node: str | None, limit: int, as_json: b
         emit_json(rows)
     else:
         emit_table(rows, EVENT_KEYS, "Events")
+
+
+def _cluster_events(
+    app: AppContext, start: datetime, kind: str | None, limit: int, as_json: bool
+) -> None:
+    from sqlalchemy import select
+
+    from clustermgr.db.models import ClusterEvent
+
+    query = (
+        select(ClusterEvent)
+        .where(ClusterEvent.at >= start)
+        .order_by(ClusterEvent.at.desc(), ClusterEvent.id.desc())
+        .limit(limit)
+    )
+    if kind:
+        query = query.where(ClusterEvent.kind == kind)
+    with app.database().session() as session:
+        found = list(session.scalars(query))
+        rows = [{key: getattr(event, key) for key in CLUSTER_EVENT_KEYS} for event in found]
+        if kind and not rows:  # none in the window: a kind never recorded is a typo
+            known = sorted(session.scalars(select(ClusterEvent.kind).distinct()))
+            if kind not in known:
+                raise UsageError(
+                    f"--kind {kind!r}: no cluster event of this kind "
+                    f"(kinds recorded: {', '.join(known) if known else 'none yet'})"
+                )
+    rows.reverse()
+    emit(rows, CLUSTER_EVENT_KEYS, as_json, "Cluster events")

@@ -99,3 +99,25 @@ def test_nodes_list_with_an_unknown_template_is_bad_input(tmp_path: Path) -> Non
     assert typo.returncode == 2 and "--provider 'aws9': no node has this provider" in typo.stderr
     none_down = run_cli(*config, "nodes", "list", "--template", "local-gpu", "--state", "up")
     assert none_down.returncode == 0 and "no nodes" in none_down.stdout  # known, none match
+
+
+def test_cluster_events_have_a_command(tmp_path: Path) -> None:
+    """What happened to the cluster rather than to a node (here an admin's `templates
+    reset`) is listed by `events --cluster`, filtered by kind; a kind never recorded is a
+    typo (exit 2)."""
+    import json
+
+    db = f"sqlite:///{tmp_path / 'cm.db'}"
+    assert run_cli("--db", db, "db", "upgrade").returncode == 0
+    config = ("--db", db, "--config", str(EXAMPLE_CONFIG))
+    assert run_cli(*config, "templates", "reset", "local-gpu").returncode == 0
+    listed = run_cli(*config, "events", "--cluster", "--json")
+    assert listed.returncode == 0, listed.stderr
+    (event,) = json.loads(listed.stdout)
+    assert event["source"] == "clustermgr templates reset" and event["message"] == "local-gpu"
+    by_kind = run_cli(*config, "events", "--cluster", "--kind", event["kind"])
+    assert by_kind.returncode == 0 and "local-gpu" in by_kind.stdout
+    typo = run_cli(*config, "events", "--cluster", "--kind", "refusl")
+    assert typo.returncode == 2 and f"kinds recorded: {event['kind']}" in typo.stderr
+    mixed = run_cli(*config, "events", "--kind", "cycle")
+    assert mixed.returncode == 2 and "--kind goes with --cluster" in mixed.stderr
