@@ -116,11 +116,48 @@ def run_once(engine: object, state_dir: Path, owners: StateOwners) -> None:
         report = engine.cycle()
         if engine.settings.directors and lock.still_leader():
             report.directors = run_directors_inline(engine, report.demand)
+        record_once(engine, report)
     finally:
         lock.release()
     click.echo(escape_controls(report.summary()))
     if report.error:
         raise SystemExit(1)
+
+
+def record_once(engine: object, report: object) -> None:
+    """The cycle's record for `clustermgr status` (last cycle, pending demand), in one row
+    per host for every `--once` run (a cron of them adds no row per run)."""
+    import os
+    import socket as socketlib
+    from datetime import UTC, datetime
+
+    from sqlalchemy import func, select
+
+    from clustermgr.db.models import DaemonStatus, InstanceRun
+    from clustermgr.metrics import pending_gpus
+    from clustermgr.scaling.engine import CycleReport, Engine
+
+    assert isinstance(engine, Engine) and isinstance(report, CycleReport)
+    host, now = socketlib.gethostname(), datetime.now(UTC)
+    try:
+        with engine.db.session() as session:
+            row_id = f"{host}:once"
+            row = session.get(DaemonStatus, row_id) or DaemonStatus(id=row_id, started_at=now)
+            row.host, row.pid, row.role, row.heartbeat_at = host, os.getpid(), "once", now
+            row.last_cycle_at = report.started
+            row.last_cycle_ok = report.error is None
+            row.last_cycle_summary = report.summary()[:1000]
+            row.last_cycle_duration_s = report.duration_s
+            if report.view is not None:
+                row.pending_jobs = sum(j.array_tasks for j in report.view.pending)
+                row.pending_gpus = pending_gpus(report.view)
+            open_price = select(func.coalesce(func.sum(InstanceRun.hourly_price), 0.0)).where(
+                InstanceRun.ended_at.is_(None)
+            )
+            row.hourly_cost = float(session.scalar(open_price) or 0.0)
+            session.add(row)
+    except ClusterMgrError as exc:  # the cycle is done; only its record is missing
+        log.warning("cycle not recorded for `clustermgr status`: %s", exc)
 
 
 def run_directors_inline(engine: object, demand: frozenset[str]) -> str:

@@ -90,13 +90,18 @@ def collect_status(app: AppContext) -> dict[str, Any]:
         for r in open_runs
     )
     leader = next((d for d in daemons if d["alive"] and d["role"] in ("leader", "once")), None)
+    # demand as the last cycle saw it (a live leader's, else the newest record: a `--once`
+    # run, a stopped daemon), and what the open instances cost now, whoever runs
+    seen = leader or next((d for d in daemons if d["last_cycle_at"] is not None), None)
     return {
         "daemon": leader,
         "daemons": [d for d in daemons if d["alive"]],
         "healthy": leader is not None,
-        "pending_jobs": leader["pending_jobs"] if leader else None,
-        "pending_gpus": leader["pending_gpus"] if leader else None,
-        "hourly_cost": leader["hourly_cost"] if leader else None,
+        "pending_jobs": seen["pending_jobs"] if seen else None,
+        "pending_gpus": seen["pending_gpus"] if seen else None,
+        "pending_as_of": seen["last_cycle_at"] if seen else None,
+        "hourly_cost": round(sum(r.hourly_price for r in open_runs), 4),
+        "instances_running": len(open_runs),
         "nodes": by_template,
         "instances_launched": int(runs[0]),
         "cost_total": round(float(runs[1] or 0.0) + running_cost, 4),
@@ -146,6 +151,11 @@ def status(app: AppContext, as_json: bool) -> None:
     leader = data["daemon"]
     if leader is None:
         click.echo("cm-scale: NOT RUNNING (no live leader heartbeat)")
+        if data["pending_as_of"] is not None:
+            click.echo(
+                f"pending at the last cycle ({data['pending_as_of']:%Y-%m-%d %H:%M:%S}): "
+                f"{data['pending_jobs']} jobs, {data['pending_gpus']} GPUs"
+            )
     else:
         click.echo(
             f"cm-scale: {leader['role']} on {leader['host']} pid {leader['pid']}, heartbeat "
@@ -157,10 +167,8 @@ def status(app: AppContext, as_json: bool) -> None:
         for standby in data["daemons"]:
             if standby["id"] != leader["id"]:
                 click.echo(f"standby: {standby['host']} pid {standby['pid']}")
-        click.echo(
-            f"pending: {data['pending_jobs']} jobs, {data['pending_gpus']} GPUs; "
-            f"running cost ${data['hourly_cost']:.2f}/h"
-        )
+        click.echo(f"pending: {data['pending_jobs']} jobs, {data['pending_gpus']} GPUs")
+    click.echo(f"running: {data['instances_running']} instances, ${data['hourly_cost']:.2f}/h")
     for template, states in sorted(data["nodes"].items()):
         counts = ", ".join(f"{state} {count}" for state, count in sorted(states.items()))
         click.echo(f"{template}: {counts}")

@@ -120,6 +120,7 @@ provider = "aws1"
 partition = "gpu"
 nodes = "aws-[1-4]"
 instance_types = ["p4d.24xlarge", "p4de.24xlarge"]
+prices = {{ "p4d.24xlarge" = {{ on_demand = 32.77 }} }}
 image = "{IMAGE}"
 subnets = {json.dumps(subnets)}
 cpus = 2
@@ -242,6 +243,16 @@ def test_demand_launches_one_fleet_binds_names_and_sets_addresses(policy_lab: Aw
     assert lab.job(job, "JobState") in ("CONFIGURING", "PENDING")
     lab.once()  # a second cycle launches nothing more: the nodes are coming
     assert len(lab.instances()) == 2 and lab.fake.calls().get("CreateFleet") == 1
+    # no daemon runs (cycles by --once): status still says what runs, what it costs and
+    # what the last cycle saw pending
+    shown = json.loads(lab.run("clustermgr", "status", "--json").stdout)
+    assert shown["daemon"]["role"] == "once" and shown["instances_running"] == 2
+    # (the job is pending or already given the booting nodes, as Slurm decides)
+    assert shown["hourly_cost"] == 2 * 32.77 and shown["pending_jobs"] in (0, 1)
+    assert shown["pending_as_of"] is not None
+    table = lab.run("clustermgr", "status").stdout
+    assert "running: 2 instances, $65.54/h" in table
+    assert f"pending: {shown['pending_jobs']} jobs" in table
 
 
 def test_capacity_on_the_first_type_falls_back_to_the_next(policy_lab: AwsLab) -> None:
