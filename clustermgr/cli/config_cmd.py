@@ -19,13 +19,17 @@ def config() -> None:
 
 @config.command()
 @click.option("--no-slurm", is_flag=True, help="Do not compare with the running Slurm.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.pass_obj
-def check(app: AppContext, no_slurm: bool) -> None:
+def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     """Validate the configuration and compare it with the running Slurm.
 
     Exit 2 with one line per problem (invalid config, or a template that does not match
-    slurm.conf); exit 1 when Slurm cannot be asked.
+    slurm.conf); exit 1 when Slurm cannot be asked. With --json the result is one object
+    (`ok`, the counts, `warnings`, `slurm_problems`); an invalid config is still one line
+    on stderr, exit 2.
     """
+    from clustermgr.cli.output import emit_json
     from clustermgr.exposure import exposed_secret_files
     from clustermgr.paths import config_path
     from clustermgr.policy.loader import load_chain
@@ -34,20 +38,38 @@ def check(app: AppContext, no_slurm: bool) -> None:
     settings = app.settings()
     load_chain(list(settings.policy.chain))  # a policy that cannot load: one line, exit 2
     resolve_owners(settings.slurm.user, settings.daemon.admin_group)  # no such account: exit 2
+    path = config_path(app.config_path)
     slots = sum(len(t.node_names) for t in settings.templates)
+    chain = [ref.name for ref in settings.policy.chain]
+    warnings = [*exposed_secret_files(settings, path)]
+    warnings += settings.ldap.clear_text_warnings() if settings.ldap else []
+    problems = [] if no_slurm else slurm_mismatches(app)
+    if as_json:
+        emit_json(
+            {
+                "config": str(path),
+                "ok": not problems,
+                "providers": len(settings.providers),
+                "templates": len(settings.templates),
+                "cloud_node_slots": slots,
+                "policy_chain": chain,
+                "warnings": warnings,
+                "slurm_checked": not no_slurm,
+                "slurm_problems": problems,
+            }
+        )
+        if problems:
+            raise SystemExit(2)
+        return
     click.echo(
-        f"{config_path(app.config_path)}: OK ({len(settings.providers)} providers, "
+        f"{path}: OK ({len(settings.providers)} providers, "
         f"{len(settings.templates)} templates, {slots} cloud node slots)"
     )
-    names = ", ".join(ref.name for ref in settings.policy.chain) or "none"
-    click.echo(f"policy chain: {names}: every policy loads with its options")
-    for warning in exposed_secret_files(settings, config_path(app.config_path)):
-        click.echo(warning, err=True)
-    for warning in settings.ldap.clear_text_warnings() if settings.ldap else []:
+    click.echo(f"policy chain: {', '.join(chain) or 'none'}: every policy loads with its options")
+    for warning in warnings:
         click.echo(warning, err=True)
     if no_slurm:
         return
-    problems = slurm_mismatches(app)
     for line in problems:
         click.echo(line)
     if problems:

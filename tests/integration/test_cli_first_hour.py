@@ -121,3 +121,15 @@ def test_cluster_events_have_a_command(tmp_path: Path) -> None:
     assert typo.returncode == 2 and f"kinds recorded: {event['kind']}" in typo.stderr
     mixed = run_cli(*config, "events", "--kind", "cycle")
     assert mixed.returncode == 2 and "--kind goes with --cluster" in mixed.stderr
+
+
+def test_config_check_speaks_json() -> None:
+    import json
+
+    done = run_cli("--config", str(EXAMPLE_CONFIG), "config", "check", "--no-slurm", "--json")
+    assert done.returncode == 0, done.stderr
+    result = json.loads(done.stdout)
+    assert result["ok"] is True and result["slurm_checked"] is False
+    assert result["templates"] >= 1 and result["cloud_node_slots"] >= 1
+    assert result["policy_chain"] and result["slurm_problems"] == []
+    assert result["config"] == str(EXAMPLE_CONFIG)
