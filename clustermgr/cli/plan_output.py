@@ -110,6 +110,7 @@ def plan_rows(plan: Plan) -> list[dict[str, Any]]:
                 "count": len(fate.jobs),
                 "market": None,
                 "reason": fate.reason,
+                "jobs": list(fate.jobs),  # --json: every job id (the table shows a few)
             }
         )
     rows.extend(

@@ -119,3 +119,14 @@ def test_a_node_whose_power_up_slurm_has_not_acted_on_is_not_asked_again() -> No
     assert to_power_up(SETTINGS, v, sorted(seen)) == ["g2"]
     snapshot = Snapshot(now=NOW, workload=WorkloadSnapshot(NOW, seen), nodes={}, instances={})
     assert [n for n in sorted(seen) if _powered_down(snapshot, n)] == ["g2"]
+
+
+def test_json_rows_list_every_job_id_the_table_shortens() -> None:
+    from clustermgr.cli.plan_output import SHOWN_JOBS, plan_rows
+
+    held = [job(str(i), gpus_per_node=1, reason="JobHeldUser") for i in range(10, 22)]
+    v = view([], held, templates={"gpu": template(gpus=2, memory_mb=2000, max_nodes=6)})
+    plan = replace(Plan(), jobs=account_jobs(v, ScaleDecision(), Plan()))
+    (row,) = [r for r in plan_rows(plan) if r["action"] == "held"]
+    assert row["jobs"] == [str(i) for i in range(10, 22)] and row["count"] == 12
+    assert row["target"].endswith(f"(+{12 - SHOWN_JOBS} more)")
