@@ -74,6 +74,10 @@ def cm_scale(
         refuse_on_mismatch(app)
     engine = Engine(settings, database)
     if dry_run:
+        if not skip_slurm_check:
+            from clustermgr.cli.config_cmd import warn_slurm_mismatches
+
+            warn_slurm_mismatches(app, "cm-scale --dry-run")
         print_plan(engine, as_json)
         return
     from clustermgr.statedir import prepare_state_dir

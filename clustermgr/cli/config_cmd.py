@@ -89,6 +89,26 @@ def slurm_mismatches(app: AppContext) -> list[str]:
     )
 
 
+def warn_slurm_mismatches(app: AppContext, what: str) -> None:
+    """For commands that go on despite them (nodes sync, the dry runs): each mismatch as a
+    warning on stderr, and that cm-scale will refuse to start until they are fixed."""
+    from clustermgr.errors import ClusterMgrError
+
+    try:
+        problems = slurm_mismatches(app)
+    except ClusterMgrError as exc:
+        click.echo(f"warning: {what}: slurm.conf not compared with the templates: {exc}", err=True)
+        return
+    for line in problems:
+        click.echo(f"warning: {line}", err=True)
+    if problems:
+        click.echo(
+            f"warning: {what}: {len(problems)} mismatch(es) with slurm.conf; cm-scale refuses "
+            "to start until they are fixed (`clustermgr config check`)",
+            err=True,
+        )
+
+
 def cached_types(app: AppContext) -> list[InstanceTypeRow]:
     """The cached catalog rows, or none when there is no usable database."""
     from clustermgr.catalog import cached_catalog

@@ -88,6 +88,10 @@ def sync(app: AppContext, no_slurm: bool) -> None:
             f"{_hostlist(report.unmanaged_cloud)}",
             err=True,
         )
+    if not no_slurm:
+        from clustermgr.cli.config_cmd import warn_slurm_mismatches
+
+        warn_slurm_mismatches(app, "nodes sync")
 
 
 def _hostlist(names: list[str]) -> str:

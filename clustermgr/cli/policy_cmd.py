@@ -31,6 +31,9 @@ def dry_run(app: AppContext, only: str | None, as_json: bool) -> None:
             update={"policy": settings.policy.model_copy(update={"chain": chain})}
         )
     engine = Engine(settings, app.database(), actor="policy-dry-run")
+    from clustermgr.cli.config_cmd import warn_slurm_mismatches
+
+    warn_slurm_mismatches(app, "policy dry-run")
     report = engine.cycle(dry_run=True)
     if report.error:
         raise ClusterMgrError(report.error)

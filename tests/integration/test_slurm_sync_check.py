@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -100,3 +101,18 @@ def test_config_check_matches_and_reports_each_mismatch(lab: SlurmLab, tmp_path:
     ]
     refused = run_cli("nodes", "list", env=bad)  # the CLI itself still works
     assert refused.returncode == 0
+    # the commands that go on despite a mismatch say so on stderr (JSON stays clean)
+    cm_scale = str(BIN / "cm-scale")
+    for argv in (
+        [sys.executable, "-m", "clustermgr", "nodes", "sync"],
+        [sys.executable, "-m", "clustermgr", "policy", "dry-run", "--json"],
+        [cm_scale, "--dry-run", "--json"],
+    ):
+        warned = subprocess.run(argv, env={**os.environ, **bad}, capture_output=True, text=True)
+        assert warned.returncode == 0, (argv, warned.stderr)
+        assert f"warning: {problems[0]}" in warned.stderr, (argv, warned.stderr)
+        assert "cm-scale refuses to start until they are fixed" in warned.stderr
+        if "--json" in argv:
+            json.loads(warned.stdout)
+    quiet = run_cli("nodes", "sync", env=env_for(lab, tmp_path))  # the matching config again
+    assert quiet.returncode == 0 and "warning" not in quiet.stderr, quiet.stderr
