@@ -136,4 +136,4 @@ class Metrics:
 
 
 def pending_gpus(view: ClusterView) -> int:
-    return sum((j.gpus_per_node * j.nodes or j.gpus_per_job) * j.array_tasks for j in view.pending)
+    return sum(j.gpus_total * j.array_tasks for j in view.pending)

@@ -6,7 +6,7 @@ import math
 from dataclasses import replace
 from datetime import datetime
 
-from clustermgr.policy import ClusterView, Launch, Refusal, ScaleDecision, copies_per_node
+from clustermgr.policy import ClusterView, Launch, Refusal, ScaleDecision, nodes_for
 
 
 class BudgetCap:
@@ -93,7 +93,7 @@ def whole_jobs(view: ClusterView, launch: Launch, allowed: int) -> int:
     template = view.templates[launch.template]
     pending = {job.job_id: job for job in view.pending}
     needs = [
-        job.nodes * job.array_tasks / copies_per_node(job, template)
+        nodes_for(job, template)
         for job in (pending.get(job_id) for job_id in launch.jobs)
         if job is not None
     ]

@@ -12,8 +12,8 @@ from clustermgr.policy import (
     PendingJob,
     ScaleDecision,
     TemplateView,
-    copies_per_node,
     lacks_resources,
+    nodes_for,
     serving_templates,
     why_not,
 )
@@ -117,4 +117,4 @@ class OnpremFirst:
 
     @staticmethod
     def nodes_needed(job: PendingJob, template: TemplateView) -> int:
-        return math.ceil(job.nodes * job.array_tasks / copies_per_node(job, template) - 1e-9)
+        return math.ceil(nodes_for(job, template) - 1e-9)

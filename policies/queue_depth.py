@@ -14,9 +14,9 @@ from clustermgr.policy import (
     PendingJob,
     ScaleDecision,
     TemplateView,
-    copies_per_node,
     job_shape,
     lacks_resources,
+    nodes_for,
     serving_templates,
     why_not,
 )
@@ -58,8 +58,7 @@ class QueueDepth:
                 unfit[job.job_id] = why
             if template is None:
                 continue
-            per_node = copies_per_node(job, template)
-            slots[template.name] += job.nodes * job.array_tasks / per_node
+            slots[template.name] += nodes_for(job, template)
             jobs[template.name].append(job.job_id)
         launches = []
         for name, needed in sorted(slots.items()):

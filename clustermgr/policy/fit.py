@@ -33,7 +33,7 @@ def lacks_resources(job: PendingJob) -> bool:
 RESOURCE_PREFIXES = tuple(sorted(RESOURCE_REASONS))
 
 
-JobShape = tuple[str, int, int, int, int, int, str | None, tuple[str, ...]]
+JobShape = tuple[str, int, int, int, int, int, int, int, str | None, tuple[str, ...]]
 
 
 def job_shape(job: PendingJob) -> JobShape:
@@ -46,6 +46,8 @@ def job_shape(job: PendingJob) -> JobShape:
         job.memory_per_node_mb,
         job.gpus_per_node,
         job.gpus_per_job,
+        job.gpus_per_task,
+        job.tasks if job.gpus_per_task else 0,  # tasks decide the fit only with GPUs per task
         job.gpu_model,
         job.features,
     )
@@ -64,6 +66,21 @@ def required_features(constraint: tuple[str, ...]) -> set[str]:
     return required
 
 
+def nodes_on(job: PendingJob, template: TemplateView) -> int:
+    """The nodes Slurm gives `job` on nodes like `template`'s. GPUs asked for the job
+    (`--gpus`) or per task (`--gpus-per-task`) spread over as many nodes as they need, as
+    Slurm spreads them, never over fewer nodes than the job asked for; GPUs per node
+    (`--gres`, `--gpus-per-node`) leave the node count as it is."""
+    if job.gpus_per_node or not template.gpus:
+        return job.nodes
+    if job.gpus_per_task:
+        tasks_per_node = template.gpus // job.gpus_per_task
+        return max(job.nodes, math.ceil(job.tasks / tasks_per_node)) if tasks_per_node else 1
+    if job.gpus_per_job:
+        return max(job.nodes, math.ceil(job.gpus_per_job / template.gpus))
+    return job.nodes
+
+
 def why_not(job: PendingJob, template: TemplateView) -> str | None:
     """None when one node of `template` can run one node's share of `job`, else the reason."""
     if job.cpus_per_node > template.cpus:
@@ -73,16 +90,23 @@ def why_not(job: PendingJob, template: TemplateView) -> str | None:
             f"needs {job.memory_per_node_mb} MB per node, {template.name} has "
             f"{template.memory_mb} MB"
         )
-    gpus = job.gpus_per_node or (math.ceil(job.gpus_per_job / max(job.nodes, 1)))
-    if gpus > template.gpus:
-        return f"needs {gpus} GPUs per node, {template.name} has {template.gpus}"
-    if gpus and job.gpu_model and job.gpu_model != template.gpu_model:
+    if job.gpus_per_node > template.gpus:
+        return f"needs {job.gpus_per_node} GPUs per node, {template.name} has {template.gpus}"
+    if job.gpus_per_task > template.gpus:
+        return f"needs {job.gpus_per_task} GPUs per task, {template.name} has {template.gpus}"
+    if (job.gpus_per_job or job.gpus_per_task) and not template.gpus:
+        return f"needs {job.gpus_total} GPUs, {template.name} has none"
+    if job.gpus_total and job.gpu_model and job.gpu_model != template.gpu_model:
         return f"needs GPU model {job.gpu_model}, {template.name} has {template.gpu_model}"
     missing = required_features(job.features) - template.features
     if missing:
         return f"needs features {','.join(sorted(missing))}, {template.name} lacks them"
-    if job.nodes > template.max_nodes:
-        return f"needs {job.nodes} nodes, {template.name} allows at most {template.max_nodes}"
+    nodes = nodes_on(job, template)
+    if nodes > template.max_nodes:
+        spread = (
+            f" ({job.gpus_total} GPUs over {template.gpus}-GPU nodes)" if nodes > job.nodes else ""
+        )
+        return f"needs {nodes} nodes{spread}, {template.name} allows at most {template.max_nodes}"
     return None
 
 
@@ -93,12 +117,18 @@ def serving_templates(job: PendingJob, templates: Mapping[str, TemplateView]) ->
 
 def copies_per_node(job: PendingJob, template: TemplateView) -> int:
     """How many one-node jobs like `job` a node of `template` runs at once."""
-    if job.nodes != 1:
+    if nodes_on(job, template) != 1:
         return 1
     limits = [template.cpus // max(job.cpus_per_node, 1)]
     if job.memory_per_node_mb:
         limits.append(template.memory_mb // job.memory_per_node_mb)
-    gpus = job.gpus_per_node or job.gpus_per_job
+    gpus = job.gpus_total
     if gpus:
         limits.append(template.gpus // gpus)
     return max(1, min(limits))
+
+
+def nodes_for(job: PendingJob, template: TemplateView) -> float:
+    """Nodes of `template` that `job` (every task of its array) keeps busy: a fraction when
+    several of its one-node jobs share a node."""
+    return nodes_on(job, template) * job.array_tasks / copies_per_node(job, template)

@@ -104,6 +104,15 @@ class PendingJob:
     array_tasks: int = 1
     user: str = ""
     requeue: bool = True
+    gpus_per_task: int = 0  # --gpus-per-task: each of `tasks` tasks needs this many on one node
+
+    @property
+    def gpus_total(self) -> int:
+        """Every GPU one task of the array asks for, however it was asked (--gres/
+        --gpus-per-node per node, --gpus for the job, --gpus-per-task per task)."""
+        return (
+            self.gpus_per_node * self.nodes or self.gpus_per_job or self.gpus_per_task * self.tasks
+        )
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ PENDING_FIELDS = (
     "tres-alloc",
     "tres-per-node",
     "tres-per-job",
+    "tres-per-task",
     "Feature",
     "TimeLimit",
     "SubmitTime",
@@ -113,6 +114,7 @@ def _pending(  # one argument per squeue field, in PENDING_FIELDS order
     tres_alloc: str,
     tres_per_node: str,
     tres_per_job: str,
+    tres_per_task: str,
     features: str,
     time_limit: str,
     submit_time: str,
@@ -125,6 +127,7 @@ def _pending(  # one argument per squeue field, in PENDING_FIELDS order
     nodes = nodes_from_tres or max(1, int(num_nodes or 1))
     model_node, gpus_node = _gpus(tres_per_node)
     model_job, gpus_job = _gpus(tres_per_job)
+    model_task, gpus_task = _gpus(tres_per_task)
     features = features.strip()
     return PendingJob(
         job_id=job_id.strip(),
@@ -134,8 +137,9 @@ def _pending(  # one argument per squeue field, in PENDING_FIELDS order
         cpus_per_node=-(-cpus // nodes),
         memory_per_node_mb=-(-memory // nodes),
         gpus_per_node=gpus_node,
-        gpu_model=model_node or model_job,
+        gpu_model=model_node or model_job or model_task,
         gpus_per_job=gpus_job,
+        gpus_per_task=gpus_task,
         features=() if features in ("", "(null)") else (features,),
         time_limit_min=time_limit_minutes(time_limit),
         submit_time=timestamp(submit_time),

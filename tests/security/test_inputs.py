@@ -28,7 +28,7 @@ from tests.security.conftest import ATTACKER, SLURM_USER, VICTIM, Accounts, as_u
 
 RECORD_START = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} [A-Z]+ [\w.-]+: ")
 FORGED = "2026-01-01 00:00:00,000 INFO cm-scale: cycle launched 64, stopped 0"
-PENDING_FIELDS = 15
+PENDING_FIELDS = 16
 
 
 @dataclass(frozen=True)
@@ -58,7 +58,7 @@ class Site:
 
 
 def pending(job_id: str, user: str, feature: str = "(null)", tres: str = "cpu=4,node=1") -> str:
-    fields = [job_id, "N/A", "cloud", "1", "1", tres, "gres:gpu:1", "", feature, "1:00:00"]
+    fields = [job_id, "N/A", "cloud", "1", "1", tres, "gres:gpu:1", "", "N/A", feature, "1:00:00"]
     fields += ["2026-11-23T00:00:00", "N/A", user, "1", "Resources"]
     assert len(fields) == PENDING_FIELDS
     return "\t".join(fields)

@@ -205,6 +205,7 @@ def pending_line(job_id: str = "12", features: str = "(null)", tres: str = "cpu=
         "tres-alloc": tres,
         "tres-per-node": "gres:gpu:1",
         "tres-per-job": "",
+        "tres-per-task": "N/A",
         "Feature": features,
         "TimeLimit": "1:00:00",
         "SubmitTime": "2026-11-23T00:00:00",
