@@ -14,15 +14,14 @@ pytestmark = pytest.mark.integration
 CM_SCALE = str(Path(sys.executable).with_name("cm-scale"))
 
 
+def cm_scale(db: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    argv = [CM_SCALE, "--config", str(EXAMPLE_CONFIG), "--db", f"sqlite:///{db}", *args]
+    return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+
+
 def test_json_without_dry_run_is_a_usage_error_and_starts_nothing(tmp_path: Path) -> None:
     db = tmp_path / "cm.db"
-    done = subprocess.run(
-        [CM_SCALE, "--config", str(EXAMPLE_CONFIG), "--db", f"sqlite:///{db}", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    done = cm_scale(db, "--json")
     assert done.returncode == 2, done.stderr
     assert "--json only goes with --dry-run" in done.stderr
     assert done.stdout == "" and not db.exists()
@@ -50,13 +49,7 @@ def test_a_command_on_a_database_never_created_leaves_nothing_behind(
 
 def test_cm_scale_once_on_a_database_never_created_is_one_line(tmp_path: Path) -> None:
     db = tmp_path / "cm.db"
-    done = subprocess.run(
-        [CM_SCALE, "--config", str(EXAMPLE_CONFIG), "--db", f"sqlite:///{db}", "--once"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = cm_scale(db, "--once")
     assert done.returncode == 2, done.stderr
     assert "alembic" not in done.stderr and "INFO" not in done.stderr, done.stderr
     assert "does not exist: run `clustermgr db upgrade`" in done.stderr
