@@ -198,16 +198,27 @@ def _load_node(session: Any, name: str) -> Any:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def show(app: AppContext, name: str, as_json: bool) -> None:
-    """Everything clustermgr knows about one node."""
+    """Everything clustermgr knows about one node. Its Slurm state is as the last cycle read
+    it (`slurm_state_as_of`); `scontrol show node` says what Slurm says now."""
+    from sqlalchemy import func, select
+
+    from clustermgr.db.models import DaemonStatus
+
     with app.database().session() as session:
         node = _load_node(session, name)
         row = {key: getattr(node, key) for key in NODE_KEYS}
         row["version"] = node.version
         if node.provider in _onprem_providers(session):
             row["kind"] = "onprem"  # as `nodes list` shows it
+        as_of = session.scalar(select(func.max(DaemonStatus.last_cycle_at)))
+    row["slurm_state_as_of"] = as_of if row["slurm_state"] else None
     if as_json:
         emit_json(row)
         return
+    if row["slurm_state"]:
+        when = f"as the cycle of {as_of:%Y-%m-%d %H:%M:%S} read it" if as_of else "as last read"
+        row["slurm_state"] = f"{row['slurm_state']} ({when})"
+    del row["slurm_state_as_of"]
     emit_fields(row)
 
 

@@ -252,6 +252,10 @@ def test_demand_launches_one_fleet_binds_names_and_sets_addresses(policy_lab: Aw
     assert shown["pending_as_of"] is not None
     table = lab.run("clustermgr", "status").stdout
     assert "running: 2 instances, $65.54/h" in table
+    node = json.loads(lab.run("clustermgr", "nodes", "show", "aws-1", "--json").stdout)
+    assert node["slurm_state"] and node["slurm_state_as_of"] == shown["pending_as_of"]
+    fields = lab.run("clustermgr", "nodes", "show", "aws-1").stdout
+    assert "(as the cycle of 20" in fields
     assert f"pending: {shown['pending_jobs']} jobs" in table
 
 
