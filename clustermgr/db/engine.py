@@ -25,7 +25,7 @@ from clustermgr.errors import ConfigError, DatabaseError, SchemaOutOfDateError
 
 # The newest migration's revision, checked without importing Alembic so the CLI and the
 # Slurm hooks start fast. tests/integration/test_database.py keeps it equal to the head.
-SCHEMA_HEAD = "0009_leader_lock_key"
+SCHEMA_HEAD = "0010_munge_key_redemptions"
 
 
 def migrations_dir() -> Path:

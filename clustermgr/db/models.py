@@ -415,3 +415,14 @@ class LeaderLockKey(Base):
     __tablename__ = "leader_lock"
     id: Mapped[int] = mapped_column(Integer, primary_key=True)
     lock_key: Mapped[int] = mapped_column(BigInteger)
+
+
+class MungeKeyRedemption(Base):
+    """A burst node's address that was handed the munge key for its launch request: each
+    address of a request gets it once, whichever head (leader or the standby after a
+    takeover) answers. No token is kept: a request's token is derived from the munge key."""
+
+    __tablename__ = "munge_key_redemptions"
+    request_id: Mapped[str] = mapped_column(String(64), primary_key=True)
+    address: Mapped[str] = mapped_column(String(64), primary_key=True)
+    redeemed_at: Mapped[datetime] = mapped_column(default=utcnow, index=True)

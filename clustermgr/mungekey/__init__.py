@@ -1,13 +1,14 @@
 """The munge key to root on a booting node of this cluster, and to no one else.
 
 cm-scale (root, on the head, which every burst node reaches for slurmctld) serves the key on
-a TLS listener (`[slurm] munge_key_port`). Each launch request gets a random one-time token
-(grants.py: only its SHA-256 kept, in the root-only state dir), rendered into that
-request's user-data with the server's URL and the SHA-256 pin of its public key
+a TLS listener (`[slurm] munge_key_port`). Each launch request gets a one-time token
+derived from the munge key and the request id (grants.py: never stored), rendered into
+that request's user-data with the server's URL and the SHA-256 pin of its public key
 (identity.py, facts.py). The node's boot script (root, before slurmd starts, so before any
 job can run) redeems the token once from its own address (server.py): the key is handed out
-only to an address that is the private address of an instance of that request, that has not
-redeemed yet, within the request's boot window. docs/security.md, "The munge key".
+only to an address that is the private address of a burst node of that request, that has
+not redeemed yet (the database's `munge_key_redemptions`, shared by both heads), within its
+boot window. docs/security.md, "The munge key".
 """
 
 from clustermgr.mungekey.facts import launch_key_fetch, server_url

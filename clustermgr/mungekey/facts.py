@@ -7,7 +7,7 @@ from pathlib import Path
 
 from clustermgr.bootstrap import KeyFetch
 from clustermgr.config import Settings
-from clustermgr.mungekey.grants import issue
+from clustermgr.mungekey.grants import request_token
 from clustermgr.mungekey.identity import IdentityError, ensure_identity
 
 PATH = "/munge-key"
@@ -32,15 +32,18 @@ def launch_key_fetch(
 ) -> KeyFetch:
     """The one-time token of `request_id` (derived from the munge key, so the same on every
     head and every retry), the server's URL and pin: what the request's user-data carries
-    (the token is a secret: never logged, never in argv or a row). IdentityError when the
-    munge key cannot be read or the certificate or the grant cannot be written."""
+    (the token is a secret: never logged, never in argv or a row). Each of the request's
+    `count` instances may redeem it once within `window_s` of its launch (the server judges
+    both from the database: grants.redeem). IdentityError when the munge key cannot be read
+    or the server's certificate cannot be written."""
     state_dir = settings.daemon.state_dir
     key_path = Path(settings.slurm.munge_key_path)
     try:
         pin = ensure_identity(state_dir, key_path).pin
-        token = issue(state_dir, key_path.read_bytes(), request_id, count, window_s, now)
+        token = request_token(key_path.read_bytes(), request_id)
     except OSError as exc:  # not root, or the state dir unwritable
         raise IdentityError(
-            f"munge key grants in {state_dir}: {exc.strerror or exc} (cm-scale runs as root)"
+            f"munge key server identity in {state_dir}: {exc.strerror or exc} "
+            "(cm-scale runs as root)"
         ) from None
     return KeyFetch(server_url(settings), pin, token)

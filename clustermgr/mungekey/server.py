@@ -3,8 +3,9 @@
     POST /munge-key   body: the one-time token of the node's launch request
     200  the key (application/octet-stream)   403 "refused"   400 a malformed request
 
-It answers only what grants.redeem allows: the token's request, the peer's address one of
-that request's instances that has not redeemed yet, within the boot window. A refusal tells
+It answers only what grants.redeem allows: the peer's address a burst node cm-scale
+launched, the token that node's launch request's, not redeemed from that address yet (by
+either head: the database says), within the node's boot window. A refusal tells
 the client nothing more than "refused"; the log says why, with the peer's address and the
 request id, never the token. Every connection gets a deadline, so a client that stalls
 holds one thread for at most CONNECTION_TIMEOUT_S, and at most MAX_CONNECTIONS are served at
@@ -19,17 +20,14 @@ import signal
 import socket
 import ssl
 import threading
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import select
-
 from clustermgr.config import Settings
 from clustermgr.db.engine import Database
-from clustermgr.db.models import Node
 from clustermgr.errors import ClusterMgrError
 from clustermgr.mungekey.facts import PATH, head_host, server_url
 from clustermgr.mungekey.grants import redeem
@@ -42,23 +40,14 @@ CONNECTION_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32  # more at once are closed unanswered: a flood cannot pile up threads
 
 
-def addresses_from(database: Database, hold: bool = True) -> Callable[[str], Collection[str]]:
-    """The private addresses the database holds for a request's burst nodes (a director
-    never gets the key). `hold=False` closes the connection after each lookup: a lone key
-    server keeps no SQLite database (and its WAL, made by root) open between cycles."""
+def boot_windows(settings: Settings) -> Callable[[str | None], float]:
+    """A template's boot window (its boot_timeout_s); a template the config no longer has
+    keeps the default one."""
+    from clustermgr.config.providers import TemplateSettings
 
-    def addresses_of(request_id: str) -> Collection[str]:
-        try:
-            with database.session() as session:
-                found = session.scalars(
-                    select(Node.private_address).where(Node.request_id == request_id)
-                ).all()
-        finally:
-            if not hold:
-                database.dispose()
-        return {address for address in found if address}
-
-    return addresses_of
+    windows = {t.name: float(t.boot_timeout_s) for t in settings.templates}
+    default = float(TemplateSettings.model_fields["boot_timeout_s"].default)
+    return lambda template: windows.get(template or "", default)
 
 
 def plain_address(address: str) -> str:
@@ -117,12 +106,15 @@ class KeyServer(ThreadingHTTPServer):
     def __init__(
         self,
         settings: Settings,
-        addresses_of: Callable[[str], Collection[str]],
+        database: Database,
         identity: ServerIdentity | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        hold: bool = True,
     ):
         self.settings = settings
-        self.addresses_of = addresses_of
+        self.database = database
+        self.hold = hold  # False: no database connection kept open between requests
+        self.window_of = boot_windows(settings)
         self.clock = clock
         self.slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
         self.tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -186,19 +178,23 @@ class KeyServer(ThreadingHTTPServer):
             tls.close()
 
     def answer(self, token: str, peer: str) -> tuple[int, bytes]:
+        key_path = Path(self.settings.slurm.munge_key_path)
         try:
             verdict = redeem(
-                self.settings.daemon.state_dir, token, peer, self.addresses_of, self.clock()
+                self.database, read_key(key_path), token, peer, self.window_of, self.clock()
             )
         except (ClusterMgrError, OSError) as exc:
             log.warning("munge key refused to %s: cannot check its token: %s", peer, exc)
             return 503, b"refused\n"
+        finally:
+            if not self.hold:  # a lone key server keeps no SQLite database (or WAL) open
+                self.database.dispose()
         request = f" (request {verdict.request_id})" if verdict.request_id else ""
         if not verdict.granted:
             log.warning("munge key refused to %s%s: %s", peer, request, verdict.why)
             return 403, b"refused\n"
         try:
-            key = read_key(Path(self.settings.slurm.munge_key_path))
+            key = read_key(key_path)
         except OSError as exc:
             log.error("munge key for %s%s: cannot read it: %s", peer, request, exc)
             return 503, b"refused\n"
@@ -225,7 +221,7 @@ def start_key_server(settings: Settings, database: Database) -> KeyServer | None
     """The key server, serving in a thread; None (with one warning) when it cannot start:
     the daemon goes on, and nodes it launches cannot join until it can."""
     try:
-        server = KeyServer(settings, addresses_from(database))
+        server = KeyServer(settings, database)
     except ClusterMgrError as exc:
         log.warning("%s; burst nodes cannot get the munge key", exc)
         return None
@@ -238,7 +234,7 @@ def serve_until_stopped(settings: Settings, database: Database) -> int:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda _signum, _frame: stop.set())
-    server = KeyServer(settings, addresses_from(database, hold=False))
+    server = KeyServer(settings, database, hold=False)
     database.dispose()
     server.start()
     while not stop.wait(0.5):

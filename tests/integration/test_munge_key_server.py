@@ -23,7 +23,7 @@ from clustermgr.db.engine import Database
 from clustermgr.db.models import Node
 from clustermgr.mungekey import launch_key_fetch
 from clustermgr.mungekey.identity import KEY_DIR
-from clustermgr.mungekey.server import KeyServer, addresses_from
+from clustermgr.mungekey.server import KeyServer
 
 REQUEST = "req-mk-1"
 NODES = {"gpu-1": "127.0.0.2", "gpu-2": "127.0.0.3"}
@@ -89,10 +89,11 @@ def world(tmp_path: Path) -> Iterator[World]:
                     state="BOOTING",
                     request_id=REQUEST,
                     private_address=address,
+                    launched_at=now[0],
                 )
             )
     fetch = launch_key_fetch(settings, REQUEST, len(NODES), 600, now[0])
-    server = KeyServer(settings, addresses_from(db), clock=lambda: now[0])
+    server = KeyServer(settings, db, clock=lambda: now[0])
     server.start()
     try:
         yield World(settings, server, fetch.url, fetch.pin, fetch.token, now, tmp_path, db)
@@ -115,9 +116,37 @@ def test_each_instance_of_the_request_gets_the_key_once_from_its_own_address(
     said = caplog.text
     assert "munge key handed to 127.0.0.2 (request req-mk-1)" in said
     assert "munge key refused to 127.0.0.2 (request req-mk-1): already redeemed" in said
-    assert "refused to 127.0.0.4 (request req-mk-1): not the address of an instance" in said
-    assert "munge key refused to 127.0.0.3: no such token" in said
+    assert "refused to 127.0.0.4: not the address of a burst node cm-scale launched" in said
+    assert "refused to 127.0.0.3 (request req-mk-1): not the token of the node's launch" in said
     assert world.token not in said
+
+
+def test_the_standby_taking_over_knows_what_the_leader_handed_out(world: World) -> None:
+    """The other head (its own state dir, the same munge key and database) serves after a
+    takeover: the token the leader's launch rendered is good there, once per address."""
+    assert world.ask("127.0.0.2") == (0, "200")
+    world.server.shutdown()  # the leader is gone; the standby serves on the same port
+    world.server.server_close()
+    daemon = world.settings.daemon.model_copy(update={"state_dir": world.tmp / "standby"})
+    standby_settings = world.settings.model_copy(update={"daemon": daemon})
+    standby = KeyServer(standby_settings, world.db, clock=lambda: world.now[0])
+    standby.start()
+    try:
+        taken_over = World(
+            standby_settings,
+            standby,
+            world.url,
+            world.pin,
+            world.token,
+            world.now,
+            world.tmp,
+            world.db,
+        )
+        assert taken_over.ask("127.0.0.2")[1] == "403"  # redeemed from the leader already
+        assert taken_over.ask("127.0.0.3") == (0, "200") and taken_over.got_key()
+    finally:
+        standby.shutdown()
+        standby.server_close()
 
 
 def test_past_the_boot_window_the_token_is_refused(world: World) -> None:
@@ -132,7 +161,7 @@ def test_a_node_refuses_a_server_whose_key_is_not_the_pinned_one(world: World) -
     assert world.ask("127.0.0.2") == (0, "200")  # the token was not spent on the impostor
 
 
-def test_only_root_reads_the_server_key_and_the_grants_and_no_token_is_kept(
+def test_only_root_reads_the_server_key_and_no_token_is_kept(
     world: World,
 ) -> None:
     directory = world.settings.daemon.state_dir / KEY_DIR
@@ -154,6 +183,7 @@ def test_the_boot_script_fetches_the_key_as_root_before_slurmd_starts(world: Wor
                 state="BOOTING",
                 request_id="req-mk-2",
                 private_address="127.0.0.1",
+                launched_at=world.now[0],
             )
         )
     fetch = launch_key_fetch(world.settings, "req-mk-2", 1, 600, world.now[0])

@@ -204,5 +204,5 @@ def test_a_replay_from_the_node_and_another_host_of_the_subnet_are_refused(
     assert f"munge key refused to {node.address}" in log
     assert "already redeemed from this address" in log
     assert f"munge key refused to {PROBE_ADDRESS}" in log
-    assert "not the address of an instance of the request" in log
+    assert "not the address of a burst node cm-scale launched" in log
     assert node.token not in log
