@@ -31,7 +31,7 @@ from ldap3.core.exceptions import LDAPException  # type: ignore[import-untyped]
 
 from clustermgr.errors import ClusterMgrError
 from clustermgr.inputs import ADDRESS_RULE, is_host_address
-from clustermgr.providers.bmc.nodes import Secret
+from clustermgr.secret import Secret
 
 if TYPE_CHECKING:
     from clustermgr.config import Credentials, LdapSettings

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from clustermgr.bootstrap import AtTemplate
 from clustermgr.config import DirectorSettings, Settings
 from clustermgr.errors import ConfigError
-from clustermgr.providers.local.director import DIRECTOR_MARK
+from clustermgr.providers.base import DIRECTOR_MARK
 
 CONFIG_SUFFIX = ",cn=config"
 

@@ -27,6 +27,9 @@ TAG_REQUEST = "clustermgr-request"
 TAG_NODE = "clustermgr-node"
 # an on-prem node's listing: its BMC's fault an admin must fix (`(Code:KIND) detail`)
 TAG_FAULT = "clustermgr-fault"
+# The first line of user data that carries a director's facts (directors/userdata.py
+# writes them; a provider that runs directors itself, the local one, reads them).
+DIRECTOR_MARK = "#clustermgr-director"
 
 Market = Literal["on-demand", "spot"]
 

@@ -11,7 +11,8 @@ import json
 from typing import Any
 
 from clustermgr.config import ProviderSettings, StagingRegionSettings
-from clustermgr.errors import StagingError
+from clustermgr.errors import ConfigError, ProviderError, StagingError
+from clustermgr.providers import capabilities
 
 ACCESS_FIELDS = ("access_key_id", "secret_access_key", "session_token")
 
@@ -54,36 +55,25 @@ def mint(
     provider: ProviderSettings, region: StagingRegionSettings, user: str, duration_s: int
 ) -> dict[str, Any]:
     """Credentials for `user`'s prefix, and where to use them (endpoint, region)."""
-    from botocore.exceptions import BotoCoreError, ClientError
-
-    from clustermgr.providers.aws.client import AwsClients
-
     if not region.s3_bucket:
         raise StagingError(f"staging region {region.provider}: no s3_bucket for --transport s3")
-    sts = AwsClients(provider).session().client("sts", endpoint_url=provider.endpoint_url)
+    try:
+        store = capabilities.object_storage(provider)
+    except ConfigError as err:  # an s3 region on a cloud without object storage
+        raise StagingError(f"staging region {region.provider}: {err}") from None
     scope = policy(region.s3_bucket, user_prefix(region, user))
     name = f"cmsub-{user}"[:32]
     try:
-        if region.s3_role_arn:
-            answer = sts.assume_role(
-                RoleArn=region.s3_role_arn,
-                RoleSessionName=name,
-                Policy=scope,
-                DurationSeconds=duration_s,
-            )
-        else:
-            answer = sts.get_federation_token(Name=name, Policy=scope, DurationSeconds=duration_s)
-    except (BotoCoreError, ClientError) as exc:
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code", type(exc).__name__)
+        credentials = store.scoped_credentials(scope, name, region.s3_role_arn, duration_s)
+    except ProviderError as err:
         raise StagingError(
-            f"staging region {region.provider}: no S3 credentials for {user} ({code}); "
+            f"staging region {region.provider}: no S3 credentials for {user} ({err.code}); "
             "ask your admin"
         ) from None
-    credentials = answer["Credentials"]
     return {
-        "access_key_id": credentials["AccessKeyId"],
-        "secret_access_key": credentials["SecretAccessKey"],
-        "session_token": credentials["SessionToken"],
+        "access_key_id": credentials.access_key_id,
+        "secret_access_key": credentials.secret_access_key,
+        "session_token": credentials.session_token,
         "endpoint_url": region.s3_endpoint_url or provider.endpoint_url,
         "region": provider.region,
     }

@@ -21,6 +21,7 @@ from typing import Any
 
 from clustermgr.config import ProviderSettings, StagingRegionSettings, StagingSettings
 from clustermgr.errors import StagingError
+from clustermgr.providers import capabilities
 from clustermgr.staging import manifest
 from clustermgr.staging.checks import META_DIR, StageIn, StageOut, area_path
 from clustermgr.staging.manifest import FileEntry
@@ -54,21 +55,9 @@ def parse_area(url: str) -> S3Area:
 
 
 def client(provider: ProviderSettings, region: StagingRegionSettings, workers: int) -> Any:
-    """An S3 client from the provider's boto3 session (its credentials and region)."""
-    from botocore.config import Config
-
-    from clustermgr.providers.aws.client import AwsClients
-
-    session = AwsClients(provider).session()
-    return session.client(
-        "s3",
-        endpoint_url=region.s3_endpoint_url or provider.endpoint_url,
-        config=Config(
-            region_name=provider.region,
-            retries={"mode": "standard", "max_attempts": 5},
-            max_pool_connections=workers + 4,
-        ),
-    )
+    """An S3 client with the provider's own credentials and region (its object storage)."""
+    store = capabilities.object_storage(provider)
+    return store.object_client(region.s3_endpoint_url, workers)
 
 
 def client_with(access: dict[str, Any], workers: int) -> Any:

@@ -23,26 +23,21 @@ import copy
 import json
 import re
 import secrets
-import signal
-import socket
 import ssl
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import trustme
 
-from tests.fakes.gate import Gate, Gates
-
-JSON = dict[str, Any]
+from tests.fakes import http_fake
+from tests.fakes.http_fake import JSON, HttpFake, Reply, Req
 
 SUBSCRIPTION = "00000000-0000-0000-0000-0000000000aa"
 TENANT = "00000000-0000-0000-0000-0000000000bb"
@@ -146,7 +141,6 @@ class FakeState:
     faults: list[Fault] = field(default_factory=list)
     slowness: list[Slowness] = field(default_factory=list)
     capacity: int | None = None
-    requests: list[tuple[str, str]] = field(default_factory=list)
     next_ip: int = 4
 
 
@@ -167,8 +161,14 @@ class ArmError(Exception):
         return {"error": {"code": self.code, "message": self.message, **self.extra}}
 
 
-class FakeAzure:
+class FakeAzure(HttpFake):
     """The fake cloud. Start with `start()` (or `with FakeAzure() as fake:`), stop with `stop()`."""
+
+    thread_name = "azure-fake"
+    control_methods = CONTROL_METHODS
+    content_type = "application/json; charset=utf-8"
+    held_body: ClassVar[JSON] = {"error": {"code": "ServiceUnavailable", "message": "held"}}
+    paths_ignore_case = True
 
     def __init__(
         self,
@@ -179,14 +179,12 @@ class FakeAzure:
         honor_delete_options: bool = True,
         client_secret: str | None = None,
     ) -> None:
-        self.subscription_id = SUBSCRIPTION
-        self.tenant_id = TENANT
-        self.client_id = CLIENT_ID
+        super().__init__()
+        # the account: the service principal, its subscription and resource group
+        self.subscription_id, self.tenant_id, self.client_id = SUBSCRIPTION, TENANT, CLIENT_ID
         self.client_secret = client_secret or "fake-secret-" + secrets.token_hex(8)
-        self.resource_group = RESOURCE_GROUP
-        self.location = LOCATION
-        self.page_size = page_size
-        self.lro_polls = lro_polls
+        self.resource_group, self.location = RESOURCE_GROUP, LOCATION
+        self.page_size, self.lro_polls = page_size, lro_polls
         self.honor_delete_options = honor_delete_options
         self.skus = copy.deepcopy(skus if skus is not None else DEFAULT_SKUS)
         self.vnet_subnet = (
@@ -197,18 +195,16 @@ class FakeAzure:
         self.gallery_versions = {("gal", "compute", "1.0.0")}
         self.ssh_keys = {"burst-key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeFakeFake burst"}
         self.marketplace = {("canonical", "ubuntu-24_04-lts", "server"): ["24.04.202501010"]}
-        self.lock = threading.RLock()
         self.state = FakeState()
-        self.gates = Gates()
         self._pending_failure: Fault | None = None
         self._tmp = tempfile.TemporaryDirectory(prefix="azure-fake-")
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
         self.ca_bundle = ""
 
-    # ----------------------------------------------------------------- lifecycle
+    # ----------------------------------------------------------------- the server's part
 
-    def start(self) -> FakeAzure:
+    def tls_context(self) -> ssl.SSLContext:
+        """HTTPS with a certificate for 127.0.0.1 from a CA of its own (`ca_bundle`): the
+        url is both the ARM endpoint (ProviderSettings.endpoint_url) and the AAD authority."""
         ca = trustme.CA()
         cert = ca.issue_cert("127.0.0.1", "localhost")
         bundle = Path(self._tmp.name) / "ca.pem"
@@ -216,56 +212,24 @@ class FakeAzure:
         self.ca_bundle = str(bundle)
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         cert.configure_cert(context)
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.fake = self
-        server.socket = context.wrap_socket(
-            server.socket, server_side=True, do_handshake_on_connect=False
-        )
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="azure-fake"
-        )
-        self._thread.start()
-        return self
+        return context
 
-    def stop(self) -> None:
-        self.gates.release_all()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.close_connections()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
+    def cleanup(self) -> None:
         self._tmp.cleanup()
 
-    def __enter__(self) -> FakeAzure:
-        return self.start()
+    def reply_headers(self, path: str) -> dict[str, str]:
+        return {"x-ms-request-id": str(uuid.uuid4())}
 
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "fake not started"
-        return int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        """The ARM endpoint (ProviderSettings.endpoint_url) and the AAD authority host."""
-        return f"https://127.0.0.1:{self.port}"
+    def error(self, status: int, message: str) -> ArmError:
+        return ArmError(status, "NotFound" if status == 404 else "BadRequest", message)
 
     def info(self) -> JSON:
+        account = ("subscription_id", "resource_group", "tenant_id", "client_id", "client_secret")
         return {
             "url": self.url,
             "authority_host": self.url,
             "ca_bundle": self.ca_bundle,
-            "subscription_id": self.subscription_id,
-            "resource_group": self.resource_group,
-            "tenant_id": self.tenant_id,
-            "client_id": self.client_id,
-            "client_secret": self.client_secret,
+            **{key: getattr(self, key) for key in account},
             "region": self.location,
             "subnet": self.vnet_subnet,
             "image": MARKETPLACE_IMAGE,
@@ -347,11 +311,6 @@ class FakeAzure:
             self.state.slowness.clear()
             self.state.capacity = None
 
-    def hold_next(self, contains: str, nth: int = 1, after: bool = False) -> Gate:
-        """Hold the `nth` next request whose `METHOD /path` contains `contains` (e.g.
-        "DELETE /subscriptions/"), before or after carrying it out, until released."""
-        return self.gates.add(contains, nth, after)
-
     def set_power_state(self, vm_name: str, power: str) -> None:
         with self.lock:
             self.state.vms[vm_name.lower()]["_power"] = power
@@ -381,38 +340,20 @@ class FakeAzure:
         with self.lock:
             return sorted(disk["name"] for disk in self.state.disks.values())
 
-    def requests(self, method: str | None = None, path_contains: str = "") -> list[tuple[str, str]]:
-        with self.lock:
-            return [
-                (m, p)
-                for m, p in self.state.requests
-                if (method is None or m == method) and path_contains.lower() in p.lower()
-            ]
-
     # ----------------------------------------------------------------- request handling
 
-    def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
-        gate = self.gates.arrive(f"{method} {unquote(urlsplit(raw_path).path)}")
-        if gate is not None and not gate.after:
-            gate.hold()
-            return Reply(503, {"error": {"code": "ServiceUnavailable", "message": "held"}})
-        reply = self._handle(method, raw_path, headers, body)
-        if gate is not None:
-            gate.hold()
-        return reply
-
-    def _handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
+    def serve(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
         parts = urlsplit(raw_path)
         path = unquote(parts.path)
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         with self.lock:
-            self.state.requests.append((method, path))
+            self.record(method, path)
             delay = self._delay_for(path.lower())
         if delay:
             time.sleep(delay)
         try:
-            if path.startswith("/_fake/"):
-                return self._control(path.removeprefix("/_fake/"), body)
+            if path.startswith(http_fake.CONTROL_PREFIX):
+                return self.control(path.removeprefix(http_fake.CONTROL_PREFIX), body)
             if "/oauth2/" in path or "/.well-known/" in path:
                 return self._aad(method, path, body)
             self._authorize(headers)
@@ -430,14 +371,6 @@ class FakeAzure:
                     slow.remaining -= 1
                 return slow.seconds
         return 0.0
-
-    def _control(self, name: str, body: bytes) -> Reply:
-        if name == "info":
-            return Reply(200, self.info())
-        if name not in CONTROL_METHODS:
-            raise ArmError(404, "NotFound", f"no control method {name}")
-        getattr(self, name)(**(json.loads(body) if body else {}))
-        return Reply(200, {"ok": True})
 
     # AAD --------------------------------------------------------------------
 
@@ -513,7 +446,7 @@ class FakeAzure:
             raise ArmError(404, "NotFound", f"no route for {path}")
         if low[3] != self.resource_group.lower():
             raise ArmError(404, "ResourceGroupNotFound", f"Resource group '{segs[3]}' not found.")
-        kind, rest = f"{low[5]}/{low[6]}", segs[7:]
+        kind, rest = f"{low[5]}/{low[6]}", segs[7:]  # the request's segs: what follows
         handler = {
             "microsoft.compute/virtualmachines": self._vms,
             "microsoft.network/networkinterfaces": self._nics,
@@ -570,12 +503,12 @@ class FakeAzure:
     # virtual machines --------------------------------------------------------------
 
     def _vms(self, req: Req) -> Reply:
-        if not req.rest:
+        if not req.segs:
             if req.method != "GET":
                 raise ArmError(405, "MethodNotAllowed", req.method)
             views = [self._vm_view(vm, req.query) for vm in self.state.vms.values()]
             return self._page(req.path, req.query, views)
-        name = req.rest[0]
+        name = req.segs[0]
         vm = self.state.vms.get(name.lower())
         if req.method == "GET":
             if vm is None:
@@ -729,9 +662,9 @@ class FakeAzure:
     # network interfaces / disks ------------------------------------------------------
 
     def _nics(self, req: Req) -> Reply:
-        if not req.rest:
+        if not req.segs:
             return self._page(req.path, req.query, list(self.state.nics.values()))
-        name, method = req.rest[0], req.method
+        name, method = req.segs[0], req.method
         nic = self.state.nics.get(name.lower())
         if method == "GET":
             if nic is None:
@@ -784,44 +717,44 @@ class FakeAzure:
         return Reply(201, nic)
 
     def _disks(self, req: Req) -> Reply:
-        key = req.rest[0].lower() if req.rest else ""
+        key = req.segs[0].lower() if req.segs else ""
         disk = self.state.disks.get(key)
         if req.method == "DELETE" and key:
             self.state.disks.pop(key, None)
             return Reply(200 if disk else 204, None)
         if req.method == "GET" and disk is not None:
             return Reply(200, disk)
-        raise ArmError(404, "ResourceNotFound", _not_found("disks", "/".join(req.rest)))
+        raise ArmError(404, "ResourceNotFound", _not_found("disks", "/".join(req.segs)))
 
     # images ----------------------------------------------------------------------
 
     def _images(self, req: Req) -> Reply:
-        if req.method == "GET" and req.rest and req.rest[0] in self.managed_images:
-            return Reply(200, {"id": req.path, "name": req.rest[0], "location": self.location})
-        raise ArmError(404, "ResourceNotFound", _not_found("images", "/".join(req.rest)))
+        if req.method == "GET" and req.segs and req.segs[0] in self.managed_images:
+            return Reply(200, {"id": req.path, "name": req.segs[0], "location": self.location})
+        raise ArmError(404, "ResourceNotFound", _not_found("images", "/".join(req.segs)))
 
     def _vnets(self, req: Req) -> Reply:
         if req.method == "GET" and req.path.lower() == self.vnet_subnet.lower():
             props = {"addressPrefix": "10.0.0.0/16", "provisioningState": "Succeeded"}
-            return Reply(200, {"id": self.vnet_subnet, "name": req.rest[-1], "properties": props})
-        raise ArmError(404, "NotFound", _not_found("virtualNetworks", "/".join(req.rest)))
+            return Reply(200, {"id": self.vnet_subnet, "name": req.segs[-1], "properties": props})
+        raise ArmError(404, "NotFound", _not_found("virtualNetworks", "/".join(req.segs)))
 
     def _ssh_keys(self, req: Req) -> Reply:
-        key = self.ssh_keys.get(req.rest[0].lower()) if req.rest else None
+        key = self.ssh_keys.get(req.segs[0].lower()) if req.segs else None
         if req.method == "GET" and key is not None:
-            body = {"id": req.path, "name": req.rest[0], "location": self.location}
+            body = {"id": req.path, "name": req.segs[0], "location": self.location}
             return Reply(200, {**body, "properties": {"publicKey": key}})
-        raise ArmError(404, "ResourceNotFound", _not_found("sshPublicKeys", "/".join(req.rest)))
+        raise ArmError(404, "ResourceNotFound", _not_found("sshPublicKeys", "/".join(req.segs)))
 
     def _galleries(self, req: Req) -> Reply:
-        rest = [s.lower() for s in req.rest]  # [gallery, "images", definition, "versions", v]
+        rest = [s.lower() for s in req.segs]  # [gallery, "images", definition, "versions", v]
         if (
             req.method == "GET"
             and len(rest) == 5
             and (rest[0], rest[2], rest[4]) in self.gallery_versions
         ):
-            return Reply(200, {"id": req.path, "name": req.rest[4], "location": self.location})
-        raise ArmError(404, "ResourceNotFound", _not_found("galleries", "/".join(req.rest)))
+            return Reply(200, {"id": req.path, "name": req.segs[4], "location": self.location})
+        raise ArmError(404, "ResourceNotFound", _not_found("galleries", "/".join(req.segs)))
 
     def _marketplace(self, segs: list[str]) -> Reply:
         low = [s.lower() for s in segs]
@@ -848,24 +781,6 @@ class FakeAzure:
         key3 = (ref.get("publisher", "").lower(), ref.get("offer", "").lower())
         versions = self.marketplace.get((*key3, ref.get("sku", "").lower()))
         return versions is not None and ref.get("version") in (*versions, "latest")
-
-
-@dataclass(frozen=True)
-class Req:
-    """One ARM request below .../providers/<namespace>/<type>; `rest` is what follows."""
-
-    method: str
-    path: str
-    query: dict[str, str]
-    rest: list[str]
-    body: bytes
-
-
-@dataclass
-class Reply:
-    status: int
-    body: Any
-    headers: dict[str, str] = field(default_factory=dict)
 
 
 _MESSAGES = {
@@ -921,90 +836,15 @@ def _sku_in(sku: JSON, query: dict[str, str]) -> bool:
     return wanted is None or wanted.group(1).lower() in [x.lower() for x in sku["locations"]]
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = False  # joined by server_close(), after close_connections()
-    block_on_close = True
-    fake: FakeAzure
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.open_sockets: set[socket.socket] = set()
-        self.sockets_lock = threading.Lock()
-
-    def close_connections(self) -> None:
-        with self.sockets_lock:
-            for sock in list(self.open_sockets):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = 30
-    server: _Server
-
-    def setup(self) -> None:
-        super().setup()
-        with self.server.sockets_lock:
-            self.server.open_sockets.add(self.connection)
-
-    def finish(self) -> None:
-        with contextlib.suppress(OSError):
-            super().finish()
-        with self.server.sockets_lock:
-            self.server.open_sockets.discard(self.connection)
-
-    def handle(self) -> None:
-        try:
-            getattr(self.connection, "do_handshake")()  # noqa: B009 (an SSLSocket)
-        except (OSError, ssl.SSLError):
-            self.close_connection = True
-            return
-        with contextlib.suppress(OSError, ssl.SSLError):
-            super().handle()
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        return
-
-    def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        if len(body) < length:  # the client died sending it: the cloud never got it
-            self.close_connection = True
-            return
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        reply = self.server.fake.handle(self.command, self.path, headers, body)
-        data = b"" if reply.body is None else json.dumps(reply.body).encode()
-        self.send_response(reply.status)
-        for key, value in reply.headers.items():
-            self.send_header(key, value)
-        if reply.body is not None:
-            self.send_header("Content-Type", "application/json; charset=utf-8")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("x-ms-request-id", str(uuid.uuid4()))
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_PUT = do_DELETE = do_POST = do_PATCH = _serve
-
-
 @contextlib.contextmanager
 def running(**kwargs: Any) -> Iterator[FakeAzure]:
-    fake = FakeAzure(**kwargs).start()
-    try:
+    with http_fake.running(FakeAzure, **kwargs) as fake:
         yield fake
-    finally:
-        fake.stop()
 
 
 def main() -> None:
     """Serve until SIGTERM/SIGINT; print the connection details as one JSON line first."""
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with running() as fake:
-        print(json.dumps(fake.info()), flush=True)
-        stop.wait()
+    http_fake.serve_until_signalled(FakeAzure())
 
 
 if __name__ == "__main__":

@@ -25,24 +25,19 @@ import copy
 import json
 import re
 import secrets
-import signal
-import socket
 import sys
-import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 import requests
 
-from tests.fakes.gate import Gate, Gates
-
-JSON = dict[str, Any]
+from tests.fakes import http_fake
+from tests.fakes.http_fake import JSON, HttpFake, Reply
 
 REGION = "RegionOne"
 USERNAME = "burst-user"
@@ -150,18 +145,10 @@ class FakeState:
     capacity: int | None = None  # servers that can still become ACTIVE (None: unlimited)
     capacity_faults: int = 0  # the next N created servers go to ERROR "No valid host"
     quota_instances: int | None = None  # 403 "Quota exceeded for instances" above this
-    requests: list[tuple[str, str]] = field(default_factory=list)  # (method, path?query)
     next_address: int = 10
 
 
-@dataclass(frozen=True)
-class Req:
-    method: str
-    path: str
-    query: dict[str, str]
-    segs: list[str]
-    body: bytes
-
+class Req(http_fake.Req):
     def json(self) -> JSON:
         try:
             data = json.loads(self.body or b"{}")
@@ -172,15 +159,12 @@ class Req:
         return data
 
 
-@dataclass
-class Reply:
-    status: int
-    body: Any
-    headers: dict[str, str] = field(default_factory=dict)
+class FakeOpenStack(HttpFake):
+    """The fake cloud. Start with `start()` (or `with FakeOpenStack() as fake:`), then `stop()`.
+    The requests seen are recorded as (method, path?query)."""
 
-
-class FakeOpenStack:
-    """The fake cloud. Start with `start()` (or `with FakeOpenStack() as fake:`), then `stop()`."""
+    thread_name = "openstack-fake"
+    control_methods = CONTROL_METHODS
 
     def __init__(
         self,
@@ -192,6 +176,7 @@ class FakeOpenStack:
         max_microversion: str = NOVA_MAX_MICROVERSION,
         flavors: list[JSON] | None = None,
     ) -> None:
+        super().__init__()
         self.username = USERNAME
         self.project = PROJECT
         self.domain = DOMAIN
@@ -207,49 +192,18 @@ class FakeOpenStack:
         self.keypairs = dict(DEFAULT_KEYPAIRS)
         self.project_id = uuid.uuid5(uuid.NAMESPACE_DNS, PROJECT).hex
         self.user_id = uuid.uuid5(uuid.NAMESPACE_DNS, USERNAME).hex
-        self.lock = threading.RLock()
         self.state = FakeState()
-        self.gates = Gates()
-        self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
 
-    # ----------------------------------------------------------------- lifecycle
+    # ----------------------------------------------------------------- the server's part
 
-    def start(self) -> FakeOpenStack:
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.fake = self
-        self._server = server
-        self._thread = threading.Thread(
-            target=server.serve_forever, kwargs={"poll_interval": 0.05}, name="openstack-fake"
-        )
-        self._thread.start()
-        return self
+    def reply_headers(self, path: str) -> dict[str, str]:
+        headers = {"X-Openstack-Request-Id": f"req-{uuid.uuid4()}"}
+        if path.startswith("/compute/"):
+            headers["OpenStack-API-Version"] = f"compute {self.max_microversion}"
+        return headers
 
-    def stop(self) -> None:
-        self.gates.release_all()
-        if self._server is not None:
-            self._server.shutdown()
-            self._server.close_connections()
-            self._server.server_close()
-            self._server = None
-        if self._thread is not None:
-            self._thread.join(timeout=10)
-            self._thread = None
-
-    def __enter__(self) -> FakeOpenStack:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "fake not started"
-        return int(self._server.server_address[1])
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+    def error(self, status: int, message: str) -> NovaError:
+        return NovaError(status, message)
 
     @property
     def auth_url(self) -> str:
@@ -369,11 +323,6 @@ class FakeOpenStack:
             self.state.capacity_faults = 0
             self.state.quota_instances = None
 
-    def hold_next(self, contains: str, nth: int = 1, after: bool = False) -> Gate:
-        """Hold the `nth` next request whose `METHOD /path` contains `contains` (e.g.
-        "POST /compute/v2.1/servers"), before or after carrying it out, until released."""
-        return self.gates.add(contains, nth, after)
-
     # ----------------------------------------------------------------- inspection
 
     def servers(self) -> list[JSON]:
@@ -384,49 +333,22 @@ class FakeOpenStack:
     def server_names(self) -> list[str]:
         return sorted(s["name"] for s in self.servers())
 
-    def requests(self, method: str | None = None, path_contains: str = "") -> list[tuple[str, str]]:
-        with self.lock:
-            return [
-                (m, p)
-                for m, p in self.state.requests
-                if (method is None or m == method) and path_contains in p
-            ]
-
     # ----------------------------------------------------------------- request handling
 
-    def handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
-        gate = self.gates.arrive(f"{method} {unquote(urlsplit(raw_path).path)}")
-        if gate is not None and not gate.after:
-            gate.hold()
-            return Reply(503, {"error": {"code": 503, "message": "held, never carried out"}})
-        reply = self._handle(method, raw_path, headers, body)
-        if gate is not None:
-            gate.hold()
-        return reply
-
-    def _handle(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
+    def serve(self, method: str, raw_path: str, headers: dict[str, str], body: bytes) -> Reply:
         parts = urlsplit(raw_path)
         path = unquote(parts.path)
         query = {k: v[0] for k, v in parse_qs(parts.query).items()}
         req = Req(method, path, query, [s for s in path.split("/") if s], body)
-        with self.lock:
-            self.state.requests.append((method, raw_path))
+        self.record(method, raw_path)
         try:
-            if path.startswith("/_fake/"):
-                return self._control(path.removeprefix("/_fake/"), body)
+            if path.startswith(http_fake.CONTROL_PREFIX):
+                return self.control(path.removeprefix(http_fake.CONTROL_PREFIX), body)
             with self.lock:
                 return self._route(req, headers)
         except NovaError as err:
             extra = {"Retry-After": err.retry_after} if err.retry_after else {}
             return Reply(err.status, err.body(), extra)
-
-    def _control(self, name: str, body: bytes) -> Reply:
-        if name == "info":
-            return Reply(200, self.info())
-        if name not in CONTROL_METHODS:
-            raise NovaError(404, f"no control method {name}")
-        getattr(self, name)(**(json.loads(body) if body else {}))
-        return Reply(200, {"ok": True})
 
     def _route(self, req: Req, headers: dict[str, str]) -> Reply:
         service = req.segs[0] if req.segs else ""
@@ -949,79 +871,10 @@ def _network(name: str, net_id: str, project_id: str) -> JSON:
     }
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = False  # joined by server_close(), after close_connections()
-    block_on_close = True
-    fake: FakeOpenStack
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.open_sockets: set[socket.socket] = set()
-        self.sockets_lock = threading.Lock()
-
-    def close_connections(self) -> None:
-        with self.sockets_lock:
-            for sock in list(self.open_sockets):
-                with contextlib.suppress(OSError):
-                    sock.shutdown(socket.SHUT_RDWR)
-
-
-class _Handler(BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-    timeout = 30
-    server: _Server
-
-    def setup(self) -> None:
-        super().setup()
-        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # no 40 ms stalls
-        with self.server.sockets_lock:
-            self.server.open_sockets.add(self.connection)
-
-    def finish(self) -> None:
-        with contextlib.suppress(OSError):
-            super().finish()
-        with self.server.sockets_lock:
-            self.server.open_sockets.discard(self.connection)
-
-    def handle(self) -> None:
-        with contextlib.suppress(OSError):
-            super().handle()
-
-    def log_message(self, format: str, *args: Any) -> None:  # quiet
-        return
-
-    def _serve(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        body = self.rfile.read(length) if length else b""
-        if len(body) < length:  # the client died sending it: the cloud never got it
-            self.close_connection = True
-            return
-        headers = {k.lower(): v for k, v in self.headers.items()}
-        reply = self.server.fake.handle(self.command, self.path, headers, body)
-        data = b"" if reply.body is None else json.dumps(reply.body).encode()
-        self.send_response(reply.status)
-        for key, value in reply.headers.items():
-            self.send_header(key, value)
-        if reply.body is not None:
-            self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(data)))
-        self.send_header("X-Openstack-Request-Id", f"req-{uuid.uuid4()}")
-        if self.path.startswith("/compute/"):
-            version = self.server.fake.max_microversion
-            self.send_header("OpenStack-API-Version", f"compute {version}")
-        self.end_headers()
-        self.wfile.write(data)
-
-    do_GET = do_PUT = do_DELETE = do_POST = do_PATCH = do_HEAD = _serve
-
-
 @contextlib.contextmanager
 def running(**kwargs: Any) -> Iterator[FakeOpenStack]:
-    fake = FakeOpenStack(**kwargs).start()
-    try:
+    with http_fake.running(FakeOpenStack, **kwargs) as fake:
         yield fake
-    finally:
-        fake.stop()
 
 
 def remote_control(url: str, method: str, **kwargs: Any) -> JSON:
@@ -1035,16 +888,14 @@ def remote_control(url: str, method: str, **kwargs: Any) -> JSON:
 def main() -> None:
     """Serve until SIGTERM/SIGINT; write clouds.yaml (argv[1], if given) and print the
     connection details as one JSON line first."""
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    signal.signal(signal.SIGINT, lambda *_: stop.set())
-    with running() as fake:
-        info = fake.info()
+    fake = FakeOpenStack()
+
+    def clouds_yaml(info: JSON) -> None:
         if len(sys.argv) > 1:
             info["clouds_yaml"] = str(fake.write_clouds_yaml(Path(sys.argv[1])))
             info["cloud"] = CLOUD_NAME
-        print(json.dumps(info), flush=True)
-        stop.wait()
+
+    http_fake.serve_until_signalled(fake, clouds_yaml)
 
 
 if __name__ == "__main__":

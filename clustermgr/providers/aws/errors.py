@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from clustermgr.errors import ErrorKind
+from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.skeleton import Failure, Sdk, first_line
 
 SDK_ERRORS: tuple[type[BaseException], ...] = (ClientError, BotoCoreError)
@@ -103,6 +103,12 @@ def classify(exc: BaseException) -> Failure:
     if kind is ErrorKind.OTHER and isinstance(exc, BotoCoreError) and "Credential" in code:
         kind = ErrorKind.AUTH
     return Failure(kind, code, short_message(exc), status)
+
+
+def provider_error(exc: BaseException, provider: str) -> ProviderError:
+    """An SDK failure as the ProviderError a capability raises (classified, one line)."""
+    failure = classify(exc)
+    return ProviderError(failure.kind, failure.message, provider=provider, code=failure.code)
 
 
 def short_message(exc: BaseException, limit: int = 240) -> str:

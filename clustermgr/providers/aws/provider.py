@@ -37,6 +37,8 @@ from clustermgr.providers.aws.errors import (
     SDK_ERRORS,
     classify,
 )
+from clustermgr.providers.aws.images import AwsMachineImages
+from clustermgr.providers.aws.objects import AwsObjectStorage
 from clustermgr.providers.aws.shapes import (
     LIVE_STATES,
     Launched,
@@ -107,6 +109,12 @@ class AwsProvider(CloudProvider[FleetPlan]):
         self._templates: dict[str, tuple[str, int]] = {}  # name -> (content digest, version)
         self._validated: dict[tuple[str, ...], float] = {}  # what -> valid until (monotonic)
         self._roots: dict[str, tuple[str, str, int]] = {}  # image -> its root_device()
+
+    @classmethod
+    def capabilities(cls, settings: ProviderSettings) -> Sequence[object]:
+        """Machine-image copy and S3 (clustermgr.providers.capabilities), on one session."""
+        clients = AwsClients(settings)
+        return (AwsMachineImages(clients), AwsObjectStorage(clients))
 
     # ------------------------------------------------------------------ clients
 

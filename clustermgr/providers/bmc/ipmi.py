@@ -27,10 +27,11 @@ import subprocess
 from typing import TYPE_CHECKING, ClassVar
 
 from clustermgr.errors import ErrorKind, ProviderError
-from clustermgr.providers.bmc.nodes import BmcNode, Secret
+from clustermgr.providers.bmc.nodes import BmcNode
 from clustermgr.providers.bmc.power import UNREACHABLE, BmcError, Driver, Power, unreachable
 from clustermgr.providers.bmc.provider import PowerProvider
 from clustermgr.providers.skeleton import Check, Failure, first_line
+from clustermgr.secret import Secret
 
 if TYPE_CHECKING:
     from clustermgr.config import ProviderSettings

@@ -17,29 +17,10 @@ from typing import TYPE_CHECKING
 
 from clustermgr.errors import ProviderError
 from clustermgr.providers.skeleton import auth_error
+from clustermgr.secret import Secret
 
 if TYPE_CHECKING:
     from clustermgr.config import BmcNodeSettings, Credentials, ProviderSettings
-
-MASK = "********"
-
-
-class Secret:
-    """A password that does not print itself: str, repr and format show a mask."""
-
-    __slots__ = ("_value",)
-
-    def __init__(self, value: str) -> None:
-        self._value = value
-
-    def reveal(self) -> str:
-        return self._value
-
-    def __repr__(self) -> str:
-        return f"Secret({MASK})"
-
-    def __str__(self) -> str:
-        return MASK
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ from typing import Protocol
 
 from clustermgr.errors import ErrorKind
 from clustermgr.providers.base import InstanceState
-from clustermgr.providers.bmc.nodes import BmcNode, Secret
+from clustermgr.providers.bmc.nodes import BmcNode
 from clustermgr.providers.skeleton import Failure, Sdk
+from clustermgr.secret import Secret
 
 UNREACHABLE = "BmcUnreachable"  # the code of every "the BMC did not answer in time"
 

@@ -53,7 +53,6 @@ from clustermgr.providers.base import (
 )
 from clustermgr.providers.bmc.nodes import (
     BmcNode,
-    Secret,
     bmc_nodes,
     credential_summary,
     read_password,
@@ -75,6 +74,7 @@ from clustermgr.providers.skeleton import (
     auth_error,
     parallel,
 )
+from clustermgr.secret import Secret
 
 if TYPE_CHECKING:
     from clustermgr.config import ProviderSettings

@@ -38,11 +38,10 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustermgr.providers.base import LaunchSpec, invalid
+from clustermgr.providers.base import DIRECTOR_MARK, LaunchSpec, invalid
 from clustermgr.providers.local.errors import NetError
 from clustermgr.providers.local.net import NETNS_DIR, TOOL_PATH, netns_name, start_time, tool
 
-DIRECTOR_MARK = "#clustermgr-director"
 TAG_ROLE = "clustermgr-role"
 ROLE_DIRECTOR = "director"
 RSYNC_MODULE = "image"  # the images module when the user data names none

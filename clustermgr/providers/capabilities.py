@@ -1,0 +1,122 @@
+"""Optional capabilities a provider offers beyond the Provider seam (base.py).
+
+Image replication and job staging need more of some clouds than launching instances: a
+cloud's own copy of a machine image into another region, an object store. Each need is a
+Protocol here; a provider package that can meet it implements it inside the package and
+offers it from its provider class:
+
+    @classmethod
+    def capabilities(cls, settings: ProviderSettings) -> Sequence[object]: ...
+
+`find_machine_images`, `machine_images` and `object_storage` ask the provider type of a
+`[[providers]]` entry for one capability, so directors and staging never import a cloud's
+package (the import contract forbids it); a type that does not offer it is one ConfigError
+line naming the provider and what it lacks.
+A capability raises ProviderError (kind from the cloud's own error table, its code, a
+one-line message) and never shows a credential.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from clustermgr.errors import ConfigError, ProviderError
+from clustermgr.providers.registry import provider_class
+
+if TYPE_CHECKING:
+    from clustermgr.config import ProviderSettings
+
+
+@dataclass(frozen=True)
+class ImageState:
+    """A machine image as the cloud shows it: pending, available, failed (or the cloud's
+    own word for gone: invalid, deregistered, error), or missing when it does not know it."""
+
+    state: str
+    reason: str = ""
+
+
+@runtime_checkable
+class MachineImages(Protocol):
+    """The cloud copies a machine image into this provider's region (AWS CopyImage)."""
+
+    def copy_image(
+        self, source_image: str, source_region: str, name: str, description: str, token: str
+    ) -> str:
+        """Start the copy (idempotent per `token`); returns the new image's id."""
+        ...
+
+    def tag_image(self, image_id: str, tags: Mapping[str, str]) -> None: ...
+
+    def image_state(self, image_id: str) -> ImageState: ...
+
+
+@dataclass(frozen=True)
+class ObjectCredentials:
+    """Temporary credentials for the object store, limited by a session policy."""
+
+    access_key_id: str
+    secret_access_key: str
+    session_token: str
+
+    def __repr__(self) -> str:  # never in a log or a traceback
+        return f"ObjectCredentials(access_key_id={self.access_key_id!r}, ...)"
+
+
+@runtime_checkable
+class ObjectStorage(Protocol):
+    """The region's object store (S3's API): a client with the provider's own credentials,
+    and temporary credentials scoped by a policy, for a user's transfer job."""
+
+    def object_client(self, endpoint_url: str | None, workers: int) -> Any:
+        """An S3-API client (put, get, head, list, delete, multipart) at `endpoint_url`
+        (None: the provider's), with `workers` parallel connections."""
+        ...
+
+    def scoped_credentials(
+        self, policy: str, session_name: str, role: str, duration_s: int
+    ) -> ObjectCredentials:
+        """Credentials limited by the session `policy` (IAM JSON): the `role` assumed when
+        given, else a federation token of the provider's own user."""
+        ...
+
+
+def capabilities(settings: ProviderSettings) -> Sequence[object]:
+    """What the provider type of `settings` offers for it (nothing when it offers none)."""
+    offer = getattr(provider_class(settings.type), "capabilities", None)
+    if offer is None:
+        return ()
+    found: Sequence[object] = offer(settings)
+    return found
+
+
+def find_machine_images(settings: ProviderSettings) -> MachineImages | None:
+    """The provider's machine-image copy, or None when its type does not offer one."""
+    found = [c for c in capabilities(settings) if isinstance(c, MachineImages)]
+    return found[0] if found else None
+
+
+def machine_images(settings: ProviderSettings) -> MachineImages:
+    found = find_machine_images(settings)
+    if found is None:
+        raise missing(settings, "machine-image copy")
+    return found
+
+
+def object_storage(settings: ProviderSettings) -> ObjectStorage:
+    """The provider's object store; one ConfigError line when its type offers none."""
+    found = [c for c in capabilities(settings) if isinstance(c, ObjectStorage)]
+    if not found:
+        raise missing(settings, "object storage")
+    return found[0]
+
+
+def missing(settings: ProviderSettings, what: str) -> ConfigError:
+    return ConfigError(f"provider {settings.name!r} (type {settings.type}) does not offer {what}")
+
+
+def error_line(err: ProviderError) -> str:
+    """A capability's failure as one line: `(Code:KIND) code: message`."""
+    return f"(Code:{err.kind.value}) {err.code}: {err}"
