@@ -64,3 +64,30 @@ def cached_catalog(
     if min_gpus is not None:
         query = query.where(InstanceTypeRow.gpu_count >= min_gpus)
     return list(session.scalars(query))
+
+
+def unoffered_types(settings: Settings, offered: dict[str, set[str]]) -> list[str]:
+    """One line per template instance type its provider does not offer, for the providers
+    whose catalog is known (`offered`: provider -> the type names it offers). A launch of
+    such a type can only fail (INVALID), so it is found here rather than by launching."""
+    problems = []
+    for template in settings.templates:
+        names = offered.get(template.provider)
+        if not names:
+            continue
+        for itype in template.instance_types:
+            if itype not in names:
+                region = settings.provider(template.provider).region
+                problems.append(
+                    f"template {template.name}: instance type {itype} is not offered by "
+                    f"provider {template.provider} (region {region}); `clustermgr catalog "
+                    f"--provider {template.provider}` lists what is"
+                )
+    return problems
+
+
+def offered_by_rows(rows: Sequence[InstanceTypeRow]) -> dict[str, set[str]]:
+    offered: dict[str, set[str]] = {}
+    for row in rows:
+        offered.setdefault(row.provider, set()).add(row.name)
+    return offered

@@ -24,8 +24,9 @@ def config() -> None:
 def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     """Validate the configuration and compare it with the running Slurm.
 
-    Exit 2 with one line per problem (invalid config, or a template that does not match
-    slurm.conf); exit 1 when Slurm cannot be asked. With --json the result is one object
+    Exit 2 with one line per problem (invalid config, a template that does not match
+    slurm.conf, an instance type its provider's cached catalog does not offer); exit 1 when
+    Slurm cannot be asked. With --json the result is one object
     (`ok`, the counts, `warnings`, `slurm_problems`); an invalid config is still one line
     on stderr, exit 2.
     """
@@ -43,7 +44,10 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     chain = [ref.name for ref in settings.policy.chain]
     warnings = [*exposed_secret_files(settings, path)]
     warnings += settings.ldap.clear_text_warnings() if settings.ldap else []
-    problems = [] if no_slurm else slurm_mismatches(app)
+    from clustermgr.catalog import offered_by_rows, unoffered_types
+
+    problems = unoffered_types(settings, offered_by_rows(cached_types(app)))
+    problems += [] if no_slurm else slurm_mismatches(app)
     if as_json:
         emit_json(
             {
@@ -68,13 +72,12 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     click.echo(f"policy chain: {', '.join(chain) or 'none'}: every policy loads with its options")
     for warning in warnings:
         click.echo(warning, err=True)
-    if no_slurm:
-        return
     for line in problems:
         click.echo(line)
     if problems:
         raise SystemExit(2)
-    click.echo("slurm: running configuration matches the templates")
+    if not no_slurm:
+        click.echo("slurm: running configuration matches the templates")
 
 
 def slurm_mismatches(app: AppContext) -> list[str]:

@@ -39,16 +39,48 @@ def list_providers(app: AppContext, as_json: bool) -> None:
 @click.argument("name")
 @click.pass_obj
 def check(app: AppContext, name: str) -> None:
-    """Check credentials and reachability: one line per check; exit 1 if any fails."""
+    """Check credentials and reachability, and that the provider offers every instance type
+    its templates name: one line per check; exit 1 if any fails."""
     from clustermgr.providers.registry import make_provider
 
     settings = app.settings()
     provider = make_provider(settings.provider(name), settings.cluster.name)
     results = provider.check()
+    if all(result.ok for result in results):
+        results.extend(_offered_checks(settings, name, provider))
     for result in results:
         click.echo(f"{'OK  ' if result.ok else 'FAIL'} {name}: {result.name}: {result.detail}")
     if not all(result.ok for result in results):
         raise SystemExit(1)
+
+
+def _offered_checks(settings: Any, name: str, provider: Any) -> list[Any]:
+    """One result per template of the provider: every instance type it names is offered."""
+    from clustermgr.catalog import unoffered_types
+    from clustermgr.errors import ClusterMgrError
+    from clustermgr.providers.base import CheckResult
+
+    mine = [t for t in settings.templates if t.provider == name]
+    if not mine:
+        return []
+    try:
+        offered = {itype.name for itype in provider.catalog()}
+    except ClusterMgrError as exc:
+        return [CheckResult("instance types", False, f"cannot list them: {exc}")]
+    problems = unoffered_types(settings, {name: offered})
+    results = []
+    for template in mine:
+        said = [p for p in problems if p.startswith(f"template {template.name}: ")]
+        detail = "; ".join(p.split(": ", 1)[1] for p in said)
+        types = ", ".join(template.instance_types)
+        results.append(
+            CheckResult(
+                f"template {template.name}",
+                not said,
+                detail or f"instance types offered ({types})",
+            )
+        )
+    return results
 
 
 @providers.command()

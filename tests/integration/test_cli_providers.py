@@ -63,8 +63,30 @@ def test_check_passes_with_one_ok_line_per_check(setup: tuple[Path, dict[str, st
     done = run_cli("providers", "check", "aws1", env=env)
     assert done.returncode == 0, done.stderr
     lines = done.stdout.strip().splitlines()
-    assert len(lines) == 3 and all(line.startswith("OK   aws1: ") for line in lines)
+    assert len(lines) == 4 and all(line.startswith("OK   aws1: ") for line in lines)
     assert "credentials accepted (environment)" in lines[0]
+    assert lines[3] == "OK   aws1: template a100: instance types offered (p4d.24xlarge)"
+
+
+def test_a_type_the_region_does_not_offer_is_found_before_any_launch(
+    setup: tuple[Path, dict[str, str]],
+) -> None:
+    """g3.8xlarge where the region lacks it: `providers check` says so live, `config check`
+    from the cached catalog; neither launches anything (issue 26 item 3)."""
+    config, env = setup
+    config.write_text(config.read_text().replace('"p4d.24xlarge"]', '"p4d.24xlarge", "g9.nope"]'))
+    done = run_cli("providers", "check", "aws1", env=env)
+    assert done.returncode == 1, done.stdout
+    assert done.stdout.strip().splitlines()[-1] == (
+        "FAIL aws1: template a100: instance type g9.nope is not offered by provider aws1 "
+        "(region us-east-1); `clustermgr catalog --provider aws1` lists what is"
+    )
+    assert run_cli("catalog", "--provider", "aws1", env=env).returncode == 0  # cached now
+    checked = run_cli("config", "check", "--no-slurm", env=env)
+    assert checked.returncode == 2
+    assert "template a100: instance type g9.nope is not offered by provider aws1" in (
+        checked.stdout
+    )
 
 
 def test_rejected_key_is_one_auth_line_naming_the_source(
