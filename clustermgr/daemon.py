@@ -180,6 +180,7 @@ class Daemon:
             ("scale", self.scale_job, d.interval_s),
             ("reconcile", self.reconcile_job, d.reconcile_interval_s),
             ("catalog", self.catalog_job, d.catalog_refresh_s),
+            ("prune", self.prune_job, self.settings.database.prune_interval_s),
             ("heartbeat", self.heartbeat, min(5.0, d.interval_s / 2)),
         ]
         if self.settings.directors:
@@ -404,6 +405,20 @@ class Daemon:
                         store_catalog(session, self.settings, name, types)
                 except ClusterMgrError as exc:
                     log.warning("catalog refresh of %s failed: %s", name, exc)
+
+    def prune_job(self) -> None:
+        from clustermgr.db.retention import prune
+
+        with PROGRESS.running("database prune"), self.work_lock:
+            if self.role != "leader":
+                return
+            days = self.settings.database.retention_days
+            try:
+                pruned = prune(self.db, days, datetime.now(UTC))
+            except ClusterMgrError as exc:
+                log.warning("database prune failed: %s", exc)
+                return
+            log.info("database prune: older than %g days: %s", days, pruned.summary())
 
     def _observe_nodes(self) -> None:
         counts: Counter[tuple[str, str, str]] = Counter()

@@ -1,4 +1,4 @@
-"""`clustermgr db upgrade|current`."""
+"""`clustermgr db upgrade|current|prune`."""
 
 from __future__ import annotations
 
@@ -51,3 +51,27 @@ def current(app: AppContext, as_json: bool) -> None:
         return
     status = "up to date" if revision == head else "out of date: run `clustermgr db upgrade`"
     click.echo(f"{redact(database.url)}: {revision or 'empty'} (head {head}, {status})")
+
+
+@db.command()
+@click.option(
+    "--days",
+    type=click.FloatRange(min=0, min_open=True),
+    help="Default: [database] retention_days.",
+)
+@click.pass_obj
+def prune(app: AppContext, days: float | None) -> None:
+    """Delete history older than the retention period now (cm-scale does it on its own
+    every [database] prune_interval_s): node transitions, cluster events, spent launch
+    request ids. Cost records and staging records are kept."""
+    from clustermgr.cli.privilege import require_root
+
+    require_root("db prune")
+    from datetime import UTC, datetime
+
+    from clustermgr.db.retention import prune as prune_now
+
+    settings = app.settings()
+    keep = days if days is not None else settings.database.retention_days
+    pruned = prune_now(app.database(), keep, datetime.now(UTC))
+    click.echo(f"pruned, older than {keep:g} days: {pruned.summary()}")

@@ -20,6 +20,10 @@ class ClusterSettings(StrictModel):
 class DatabaseSettings(StrictModel):
     url: str | None = None
     busy_timeout_s: float = Field(30.0, gt=0)
+    # node transitions, cluster events and spent launch request ids older than this go
+    # (cm-scale prunes every prune_interval_s; `clustermgr db prune` at once); cost records stay
+    retention_days: float = Field(180.0, gt=0)
+    prune_interval_s: float = Field(6 * 3600.0, gt=0)
 
 
 class SlurmSettings(StrictModel):
