@@ -25,6 +25,7 @@ from clustermgr.scaling.engine import initial_decision, snapshot_frozen
 from clustermgr.scaling.observe import Snapshot, read_nodes
 from clustermgr.scaling.projection import build_view
 from clustermgr.scaling.reconcile import reconcile
+from clustermgr.scaling.specs import LaunchSpecs
 from clustermgr.workload.base import PendingJob, WorkloadNode, WorkloadSnapshot
 from clustermgr.workload.slurm import SlurmCli
 
@@ -136,7 +137,8 @@ def main() -> None:
             plan.launches = plan.launches[:1]  # one template: 1,000 transitions (quick: 200)
             orders = plan.launches
             mark = time.perf_counter()
-            actor = Actor(settings, database, SlurmCli(), {}, lambda: now)
+            specs = LaunchSpecs(settings, lambda: now)
+            actor = Actor(view.templates, database, SlurmCli(), {}, lambda: now, specs)
             for order in orders:
                 actor.begin_launch(order)
             steps["write transitions"] = time.perf_counter() - mark

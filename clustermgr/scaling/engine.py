@@ -43,12 +43,14 @@ from clustermgr.scaling.onprem import onprem_providers
 from clustermgr.scaling.projection import build_view
 from clustermgr.scaling.protection import template_health
 from clustermgr.scaling.reconcile import Judgment, reconcile
+from clustermgr.scaling.specs import LaunchSpecs
 from clustermgr.scaling.verdicts import Verdict
 from clustermgr.workload.base import Workload
 from clustermgr.workload.hooks import read_requests, reject_malformed, spool_writers
 from clustermgr.workload.slurm import SlurmCli
 
 log = logging.getLogger(__name__)
+VERSION_TTL_S = 3600.0
 
 
 @dataclass
@@ -127,6 +129,7 @@ class Engine:
         self.spool_writers = spool_writers(settings.slurm.user)  # root and SlurmUser
         # Asked before every act step: a daemon that lost leadership must not act.
         self.guard: Callable[[], bool] = lambda: True
+        self._version: tuple[float, str] | None = None  # (when read, slurmctld's version)
 
     def provider(self, name: str) -> Provider:
         if name not in self.providers:
@@ -187,6 +190,7 @@ class Engine:
             director_requests=gate.requests,
             ownership=ownership,
             unreadable_instances=rows.unreadable_instances,
+            controller_version=self.controller_version(),
         )
 
     def _cycle(self, report: CycleReport, dry_run: bool, decide: bool) -> None:
@@ -221,11 +225,12 @@ class Engine:
             report.error = "no longer the leader; nothing done"
             return
         actor = Actor(
-            self.settings,
+            view.templates,
             self.db,
             self.workload,
             self._reachable(report),
             self.clock,
+            LaunchSpecs(self.settings, self.clock, snapshot.controller_version),
             self.actor_name,
             slurm_nodes=snapshot.workload.nodes,
         )
@@ -233,16 +238,29 @@ class Engine:
         act.act_on_judgment(actor, snapshot, judgment, report.acted)
         report.acted.registered = judgment.names(Verdict.REGISTER)
         act.finish(judgment)
-        act.relaunch(actor, self.settings, view, judgment, report.acted, self.guard)
+        act.relaunch(actor, view, judgment, report.acted, self.guard)
         if decide and report.error is None:
             if not self.guard():
                 report.error = "no longer the leader; the plan was not applied"
                 return
             progress.step("acting on the plan")
-            act.act_on_plan(actor, self.settings, view, plan, report.acted, self.guard)
+            act.act_on_plan(actor, view, plan, report.acted, self.guard)
         report.error = report.error or report.acted.error
 
     # --- helpers -------------------------------------------------------------------------
+
+    def controller_version(self) -> str:
+        """slurmctld's version, asked again at most every VERSION_TTL_S (an upgrade of the
+        controller is seen within the hour; a failed read is retried next cycle)."""
+        now = time.monotonic()
+        if not self._version or now - self._version[0] > VERSION_TTL_S:
+            try:
+                version = self.workload.config_values().get("SLURM_VERSION", "")
+            except WorkloadError:
+                version = ""
+            self._version = (now, version) if version else None
+            return version
+        return self._version[1]
 
     def _list_instances(self, report: CycleReport) -> dict[str, dict[str, CloudInstance]]:
         listed: dict[str, dict[str, CloudInstance]] = {}

@@ -70,6 +70,7 @@ class Snapshot:
     ownership: Ownership = field(default_factory=Ownership)
     # instance ids held by node rows this cycle could not read: never orphans
     unreadable_instances: frozenset[str] = frozenset()
+    controller_version: str = ""  # slurmctld's, for the user-data (nodes check their slurmd)
 
 
 @dataclass(frozen=True)
@@ -157,6 +158,7 @@ def template_views(
             protected=(protected or {}).get(t.name),
             min_on=t.min_on,
             idle_kw=t.idle_kw,
+            fallbacks=tuple(t.fallback_templates),
         )
     return views
 

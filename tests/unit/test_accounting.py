@@ -103,7 +103,7 @@ def test_a_node_whose_power_up_slurm_has_not_acted_on_is_not_asked_again() -> No
     from clustermgr.scaling.act import _powered_down, to_power_up
     from clustermgr.scaling.observe import Snapshot
     from clustermgr.workload.base import WorkloadSnapshot
-    from tests.unit.test_verdicts import NOW, SETTINGS
+    from tests.unit.test_verdicts import NOW
 
     hold = "clustermgr: held until a policy launches it"
     seen = {
@@ -116,6 +116,6 @@ def test_a_node_whose_power_up_slurm_has_not_acted_on_is_not_asked_again() -> No
         "g3": WorkloadNode("g3", "IDLE", frozenset({"CLOUD", "POWERING_UP", "NOT_RESPONDING"})),
     }
     v = view([slot(name, slurm=node) for name, node in seen.items()], [])
-    assert to_power_up(SETTINGS, v, sorted(seen)) == ["g2"]
+    assert to_power_up(v, sorted(seen)) == ["g2"]
     snapshot = Snapshot(now=NOW, workload=WorkloadSnapshot(NOW, seen), nodes={}, instances={})
     assert [n for n in sorted(seen) if _powered_down(snapshot, n)] == ["g2"]
