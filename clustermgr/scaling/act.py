@@ -14,16 +14,18 @@ from clustermgr.db.models import ClusterEvent, Node
 from clustermgr.hostlists import compress
 from clustermgr.lifecycle import NodeState, transition
 from clustermgr.policy.view import ClusterView
-from clustermgr.reasons import HOLD_PREFIX, HOLD_REASON, REFUSED, Reason
+from clustermgr.reasons import HOLD_PREFIX, HOLD_REASON, PROTECTED, REFUSED, Reason, is_hold
 from clustermgr.scaling.actor import Actor, LaunchOutcome
 from clustermgr.scaling.clamp import LaunchOrder, Plan, StopOrder
 from clustermgr.scaling.observe import Snapshot
 from clustermgr.scaling.ownership import FOREIGN_VERDICT
 from clustermgr.scaling.reconcile import Judgment
 from clustermgr.scaling.verdicts import FAILING, Judged, SlurmSeen, Verdict
+from clustermgr.workload.base import WorkloadNode
 from clustermgr.workload.hooks import HookRequest, consume
 
 log = logging.getLogger(__name__)
+PROTECTED_HOLD = f"{HOLD_PREFIX}(Code:{PROTECTED})"
 HOLD_REASON_MAX = 240  # Slurm keeps the whole reason; sinfo and admins do not need more
 SLURM_HAS_IT_DOWN = frozenset({SlurmSeen.POWERED_DOWN, SlurmSeen.POWERING_DOWN, SlurmSeen.MISSING})
 
@@ -296,6 +298,8 @@ def release_holds(actor: Actor, view: ClusterView, refused: set[str]) -> None:
 
 
 def hold_policy_nodes(actor: Actor, view: ClusterView, plan: Plan) -> None:
+    """Powered-down policy-mode nodes no launch takes stay held (drained); a protected
+    template's are held with its `(Code:PROTECTED) …`, so Slurm shows why."""
     launching = {n for order in plan.launches for n in order.nodes}
     by_reason: dict[str, list[str]] = {}
     for node in view.burst_nodes(NodeState.POWERED_DOWN):
@@ -304,14 +308,29 @@ def hold_policy_nodes(actor: Actor, view: ClusterView, plan: Plan) -> None:
             and node.template in view.templates
             and view.templates[node.template].demand_mode == "policy"
             and node.slurm is not None
-            and not node.slurm.drained
             and not node.settling
             and node.name not in launching
             and not (view.templates[node.template].onprem and node.slurm.state == "DOWN")
         ):  # an on-prem node DOWN for a BMC fault is out already, its reason in sight
-            by_reason.setdefault(hold_reason(node.slurm.reason), []).append(node.name)
+            reason = wanted_hold(node.slurm, view.templates[node.template].protected)
+            if reason is not None:
+                by_reason.setdefault(reason, []).append(node.name)
     for reason, names in sorted(by_reason.items()):
         actor.hold(names, reason)
+
+
+def wanted_hold(slurm: WorkloadNode, protected: str | None) -> str | None:
+    """The hold a powered-down policy-mode node should carry, None when it has it already
+    (or an admin's drain, which is never replaced)."""
+    if slurm.drained and not is_hold(slurm.reason):
+        return None
+    if protected:
+        wanted = f"{HOLD_PREFIX}{protected}"[:HOLD_REASON_MAX]
+    elif slurm.drained:  # held already: only a protection that ended is replaced
+        wanted = HOLD_REASON if PROTECTED_HOLD in slurm.reason else slurm.reason
+    else:
+        wanted = hold_reason(slurm.reason)
+    return None if slurm.drained and slurm.reason == wanted else wanted
 
 
 def hold_reason(last: str) -> str:

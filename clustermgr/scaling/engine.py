@@ -185,6 +185,7 @@ class Engine:
             failures=failures,
             month_spend=spend,
             protected={h.template: h.blocked for h in health if h.blocked},
+            health={h.template: h for h in health},
             director_waits=gate.waiting,
             director_instances=gate.instances,
             director_requests=gate.requests,

@@ -13,8 +13,10 @@ from datetime import datetime
 from clustermgr.config import Settings
 from clustermgr.lifecycle import NodeState
 from clustermgr.policy.view import ClusterView, NodeView
+from clustermgr.reasons import kind_of
 from clustermgr.scaling.observe import NodeRecord, Snapshot, template_views
 from clustermgr.scaling.onprem import PowerFacts, power_facts
+from clustermgr.scaling.protection import with_this_cycle
 from clustermgr.scaling.reconcile import Judgment
 from clustermgr.scaling.verdicts import FAILING, FINISHING, Judged, Verdict
 
@@ -43,7 +45,7 @@ def build_view(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> Cl
         nodes[name] = project(view, judged) if judged is not None else view
     return ClusterView(
         now=snapshot.now,
-        templates=template_views(settings, snapshot.protected),
+        templates=template_views(settings, blocked(settings, snapshot, judgment)),
         nodes=nodes,
         pending=tuple(snapshot.workload.pending),
         running=tuple(snapshot.workload.running),
@@ -51,6 +53,27 @@ def build_view(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> Cl
         failures=tuple(snapshot.failures),
         month_spend=snapshot.month_spend,
     )
+
+
+def blocked(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> dict[str, str]:
+    """template -> why it launches nothing now, with the failures and registrations this
+    cycle judged already counted (protection.with_this_cycle)."""
+    if not snapshot.health:
+        return dict(snapshot.protected)
+    failed: dict[str, list[str]] = {}
+    for judged in judgment.having(*FAILING):
+        record = snapshot.nodes.get(judged.node)
+        kind = kind_of(judged.reason)
+        if record is not None and record.template and kind:
+            failed.setdefault(record.template, []).append(kind)
+    registered = {
+        snapshot.nodes[j.node].template or ""
+        for j in judgment.having(Verdict.REGISTER)
+        if j.node in snapshot.nodes
+    }
+    protected = with_this_cycle(snapshot.health, failed, registered, settings, snapshot.now)
+    # what only the snapshot knows (a director wait, a test's own) stays
+    return {**snapshot.protected, **protected} if failed else dict(snapshot.protected)
 
 
 def node_view(
