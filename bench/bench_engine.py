@@ -21,7 +21,8 @@ from clustermgr.policy.loader import load_chain
 from clustermgr.scaling.accounting import account_jobs
 from clustermgr.scaling.actor import Actor
 from clustermgr.scaling.clamp import clamp
-from clustermgr.scaling.engine import initial_decision, snapshot_frozen
+from clustermgr.scaling.decide import initial_decision
+from clustermgr.scaling.engine import snapshot_frozen
 from clustermgr.scaling.observe import Snapshot, read_nodes
 from clustermgr.scaling.projection import build_view
 from clustermgr.scaling.reconcile import reconcile

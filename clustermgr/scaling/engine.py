@@ -20,18 +20,17 @@ from clustermgr.config import Settings
 from clustermgr.db.engine import Database
 from clustermgr.directors.gate import read_gate
 from clustermgr.errors import ClusterMgrError, ProviderError, WorkloadError
-from clustermgr.lifecycle import NodeState
 from clustermgr.policy.chain import PolicyRunner
-from clustermgr.policy.decision import Launch, ScaleDecision
 from clustermgr.policy.loader import load_chain
 from clustermgr.policy.view import ClusterView
 from clustermgr.providers.base import CloudInstance, Provider
 from clustermgr.providers.registry import make_provider
 from clustermgr.scaling import act
-from clustermgr.scaling.accounting import account_jobs
 from clustermgr.scaling.actor import Actor
-from clustermgr.scaling.clamp import Plan, clamp
-from clustermgr.scaling.directors import providers_in_demand, waiting_summary, with_waits
+from clustermgr.scaling.clamp import Plan
+from clustermgr.scaling.decide import decide as decide_plan
+from clustermgr.scaling.decide import judge
+from clustermgr.scaling.directors import providers_in_demand, waiting_summary
 from clustermgr.scaling.observe import (
     Snapshot,
     month_spend,
@@ -40,9 +39,8 @@ from clustermgr.scaling.observe import (
     recent_failures,
 )
 from clustermgr.scaling.onprem import onprem_providers
-from clustermgr.scaling.projection import build_view
 from clustermgr.scaling.protection import template_health
-from clustermgr.scaling.reconcile import Judgment, reconcile
+from clustermgr.scaling.reconcile import Judgment
 from clustermgr.scaling.specs import LaunchSpecs
 from clustermgr.scaling.verdicts import Verdict
 from clustermgr.workload.base import Workload
@@ -203,22 +201,18 @@ class Engine:
         self, report: CycleReport, snapshot: Snapshot, dry_run: bool, decide: bool
     ) -> None:
         progress.step("reconcile")
-        judgment = reconcile(self.settings, snapshot, self.settings.daemon.orphan_grace_s)
+        judgment, view = judge(self.settings, snapshot)
         report.judgment = judgment
-        view = with_waits(build_view(self.settings, snapshot, judgment), snapshot.director_waits)
         plan = Plan()
         if decide:
-            view = view.with_proposed(initial_decision(view))
-            report.view = view
             progress.step("the policies")
-            result = self.runner.run(view)
-            if result.error:
-                report.error = f"{result.error}; no scaling action this cycle"
+            decided = decide_plan(self.settings, self.runner, view)
+            view = report.view = decided.view
+            if decided.error:
+                report.error = f"{decided.error}; no scaling action this cycle"
                 if not dry_run:
-                    self._record("policy-error", result.error)
-            else:
-                plan = clamp(result.decision, view, self.settings)
-                plan.jobs = account_jobs(view, result.decision, plan)
+                    self._record("policy-error", decided.error)
+            plan = decided.plan
             report.plan = plan
         if dry_run:
             return
@@ -302,18 +296,3 @@ def snapshot_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-def initial_decision(view: ClusterView) -> ScaleDecision:
-    """Slurm's resume requests (and slots still REQUESTED from an earlier cycle) are demand
-    before any policy speaks."""
-    by_template: dict[str, list[str]] = {}
-    for node in sorted(view.burst_nodes(NodeState.REQUESTED), key=lambda n: n.name):
-        if node.template:
-            by_template.setdefault(node.template, []).append(node.name)
-    launches = []
-    for template, names in sorted(by_template.items()):
-        jobs = sorted({j for n in names for j in view.resume_requests.get(n, ())})
-        reason = "Slurm resume request" + (f" for jobs {','.join(jobs)}" if jobs else "")
-        launches.append(Launch(template, len(names), reason, jobs=tuple(jobs), nodes=tuple(names)))
-    return ScaleDecision(launches=tuple(launches))

@@ -19,6 +19,7 @@ from clustermgr.scaling.onprem import PowerFacts, power_facts
 from clustermgr.scaling.protection import with_this_cycle
 from clustermgr.scaling.reconcile import Judgment
 from clustermgr.scaling.verdicts import FAILING, FINISHING, Judged, Verdict
+from clustermgr.workload.base import WorkloadNode
 
 PROJECTED = {
     Verdict.RESUME: NodeState.REQUESTED,
@@ -40,7 +41,7 @@ def build_view(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> Cl
     for name, record in snapshot.nodes.items():
         if record.state is NodeState.RETIRED:
             continue  # not a slot any more: policies never see it
-        view = node_view(record, snapshot, jobs_end.get(name), judgment, power)
+        view = _node_view(record, snapshot, jobs_end.get(name), judgment, power)
         judged = judgment.verdicts.get(name)
         nodes[name] = project(view, judged) if judged is not None else view
     return ClusterView(
@@ -78,30 +79,47 @@ def blocked(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> dict[
 
 def node_view(
     record: NodeRecord,
-    snapshot: Snapshot,
+    slurm: WorkloadNode | None,
     jobs_end: datetime | None,
-    judgment: Judgment,
-    power: PowerFacts | None = None,
+    idle_since: datetime | None,
+    power_unknown: bool = False,
 ) -> NodeView:
-    facts = judgment.facts.get(record.name)
-    onprem = power is not None and record.provider in power.providers
+    """A node row with Slurm's view of it, as policies see it (the simulator builds its
+    nodes through this too)."""
     return NodeView(
         name=record.name,
         kind=record.kind,
         state=record.state,
         template=record.template,
-        slurm=snapshot.workload.nodes.get(record.name),
+        slurm=slurm,
         instance_id=record.instance_id,
         instance_type=record.instance_type,
         market=record.market,
         request_id=record.request_id,
         launched_at=record.launched_at,
         state_since=record.state_since,
-        idle_since=facts.idle_since if facts else record.idle_since,
+        idle_since=idle_since,
         jobs_end=jobs_end,
+        power_unknown=power_unknown,
+    )
+
+
+def _node_view(
+    record: NodeRecord,
+    snapshot: Snapshot,
+    jobs_end: datetime | None,
+    judgment: Judgment,
+    power: PowerFacts,
+) -> NodeView:
+    facts = judgment.facts.get(record.name)
+    onprem = record.provider in power.providers
+    return node_view(
+        record,
+        snapshot.workload.nodes.get(record.name),
+        jobs_end,
+        facts.idle_since if facts else record.idle_since,
         # a BMC that did not answer, or a provider that could not be listed at all
         power_unknown=onprem
-        and power is not None
         and (record.provider not in snapshot.instances or power.unknown(record.name)),
     )
 

@@ -25,7 +25,7 @@ import heapq
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from clustermgr.config import PolicyRef, Settings
@@ -33,8 +33,10 @@ from clustermgr.lifecycle import NodeState
 from clustermgr.policy.chain import PolicyRunner
 from clustermgr.policy.loader import load_chain
 from clustermgr.policy.view import ClusterView, NodeView, TemplateView
-from clustermgr.scaling.clamp import clamp
-from clustermgr.scaling.observe import template_views
+from clustermgr.scaling.clamp import LaunchOrder
+from clustermgr.scaling.decide import decide
+from clustermgr.scaling.observe import NodeRecord, template_views
+from clustermgr.scaling.projection import node_view
 from clustermgr.sim.model import Pool, Shape, SimJob, SimNode, occupy, release
 from clustermgr.sim.results import Outcome, Sample, share
 from clustermgr.sim.scheduler import estimated_starts, schedule
@@ -422,21 +424,38 @@ class Replay:
     # --- the policy cycle --------------------------------------------------------------
 
     def _cycle(self, shadow: float | None) -> None:
+        """The daemon's decide step (scaling/decide.py) on the modelled view, and its plan
+        carried out as act would: an order's nodes beyond the simulated cloud's capacity
+        (`[simulate] capacity`) fail, and its alternates take them as far as they go."""
         assert self.runner is not None
-        view = self._view(shadow)
-        result = self.runner.run(view)
-        if result.error:
+        decided = decide(self.settings, self.runner, self._view(shadow))
+        if decided.error:
             self.outcome.policy_errors += 1
-            self.outcome.last_policy_error = result.error
+            self.outcome.last_policy_error = decided.error
             return
-        plan = clamp(result.decision, view, self.settings)
-        for order in plan.launches:
-            for name in order.nodes:
-                self._launch(self._nodes[name], order.market)
-        for stop in plan.stops:
+        for order in decided.plan.launches:
+            missing = self._launch_order(order)
+            for alternate in order.alternates:
+                if not missing:
+                    break
+                retry = replace(alternate, nodes=alternate.nodes[:missing])
+                missing -= len(retry.nodes) - self._launch_order(retry)
+        for stop in decided.plan.stops:
             node = self._nodes[stop.node]
             self._evict(node)  # the shipped policies stop idle nodes only; a custom one may not
             self._stop(node)
+
+    def _launch_order(self, order: LaunchOrder) -> int:
+        """Launch what the template's capacity allows; returns how many found none."""
+        pool = self._pool(order.template)
+        limit = self.sim.capacity.get(order.template)
+        room = len(order.nodes) if limit is None else limit - len(pool.active)
+        started = order.nodes[: max(room, 0)]
+        for name in started:
+            self._launch(self._nodes[name], order.market)
+        failed = len(order.nodes) - len(started)
+        self.outcome.capacity_failures += failed
+        return failed
 
     def _view(self, shadow: float | None) -> ClusterView:
         for node in self._dirty:
@@ -489,19 +508,19 @@ class Replay:
             partitions=(template.partition if template else ONPREM,),
         )
         active = node.launched_at is not None
-        return NodeView(
+        record = NodeRecord(
             name=node.name,
             kind="cloud" if cloud else "onprem",
             state=node.state,
             template=node.pool if cloud else None,
-            slurm=slurm,
+            provider=template.provider if template else None,
             instance_id=f"sim-{node.name}-{node.generation}" if active else None,
             instance_type=template.instance_types[0] if template and active else None,
             market=node.market,
             launched_at=moment(node.launched_at),
-            idle_since=moment(node.idle_since) if node.empty else None,
-            jobs_end=moment(node.jobs_end),
         )
+        idle_since = moment(node.idle_since) if node.empty else None
+        return node_view(record, slurm, moment(node.jobs_end), idle_since)
 
     def _moment(self, at: float | None) -> datetime | None:
         return None if at is None else self.origin + timedelta(seconds=at)
