@@ -102,6 +102,7 @@ class Replay:
         self._last_real = 0.0
         self._provider_active: dict[str, int] = {}
         self._active: dict[SimNode, None] = {}  # launched cloud nodes, in launch order
+        self._requested: dict[int, SimJob] = {}  # jobs on slots Slurm asked to resume
         self._open_rate = self._open_offset = 0.0  # $/s of the nodes up, and its offset
 
     # --- setup -------------------------------------------------------------------------
@@ -129,7 +130,11 @@ class Replay:
         nodes = [SimNode(n, name, shape, NodeState.POWERED_DOWN) for n in names]
         for node in nodes:
             node.reset()
-        resumable = self.strategy.kind in ("reactive", "bound")
+        # Slurm resumes the slots itself: the peers' model, and a slurm-mode template's under
+        # a policy chain (the daemon then launches what Slurm asked for, or refuses it)
+        resumable = self.strategy.kind in ("reactive", "bound") or (
+            self.strategy.kind == "policy" and template.demand_mode == "slurm"
+        )
         return Pool(name, shape, nodes, cloud=True, resumable=resumable)
 
     def _jobs(self, trace: Trace, scale_time: float) -> list[SimJob]:
@@ -291,14 +296,25 @@ class Replay:
         )
 
     def _start(self, job: SimJob, pool: Pool, nodes: list[SimNode]) -> None:
-        """Give `job` its nodes (booting powered-down ones first, in the reactive model)."""
+        """Give `job` its nodes (booting powered-down ones first, in the reactive model; under
+        a policy chain a slurm-mode slot is REQUESTED, and the next decide step launches it
+        or refuses it, as the daemon does with Slurm's resume requests)."""
         for node in nodes:
-            if node.state is NodeState.POWERED_DOWN and pool.cloud:
+            if node.state is NodeState.POWERED_DOWN and pool.cloud and self.runner is not None:
+                node.state = NodeState.REQUESTED
+                pool.active[node] = None
+            elif node.state is NodeState.POWERED_DOWN and pool.cloud:
                 self._launch(node, self.templates[pool.name].market)
             elif node.state is NodeState.POWERED_DOWN:
                 self._power_on(node)
         occupy(job, pool, nodes, self.now)
         self._dirty.update(nodes)
+        if any(n.state is NodeState.REQUESTED for n in nodes):
+            self._requested[job.index] = job  # it starts once its nodes are launched
+            return
+        self._begin(job, nodes)
+
+    def _begin(self, job: SimJob, nodes: list[SimNode]) -> None:
         job.start = max([self.now, *(n.up_at or self.now for n in nodes)])
         if job.first_start is None:
             job.first_start = job.start
@@ -381,15 +397,18 @@ class Replay:
         """Requeue the jobs on `node` (as Slurm does when their node goes away)."""
         pool = self._pool(node.pool)
         for job in [j for j in pool.running.values() if node in j.placed]:
-            if job.start is not None and self.now > job.start:
-                job.lost_node_s += (self.now - job.start) * len(job.placed)
-            self._dirty.update(job.placed)
-            release(job, pool, self.now)
-            self._running.pop(job.index, None)
-            job.generation += 1
-            job.start = None
-            self.outcome.requeues += 1
-            self._requeue(job)
+            self._evict_job(job, pool)
+
+    def _evict_job(self, job: SimJob, pool: Pool) -> None:
+        if job.start is not None and self.now > job.start:
+            job.lost_node_s += (self.now - job.start) * len(job.placed)
+        self._dirty.update(job.placed)
+        release(job, pool, self.now)
+        self._running.pop(job.index, None)
+        job.generation += 1
+        job.start = None
+        self.outcome.requeues += 1
+        self._requeue(job)
 
     def _requeue(self, job: SimJob) -> None:
         at = next((i for i, queued in enumerate(self.queue) if queued.index > job.index), None)
@@ -440,16 +459,36 @@ class Replay:
                     break
                 retry = replace(alternate, nodes=alternate.nodes[:missing])
                 missing -= len(retry.nodes) - self._launch_order(retry)
+        self._settle_requests()
         for stop in decided.plan.stops:
             node = self._nodes[stop.node]
             self._evict(node)  # the shipped policies stop idle nodes only; a custom one may not
             self._stop(node)
 
+    def _settle_requests(self) -> None:
+        """Jobs whose requested slots were all launched start when they join; a slot the
+        plan did not launch is powered down again and its job requeued (the daemon fails
+        it with the refusal's reason, Slurm requeues the job)."""
+        for index, job in list(self._requested.items()):
+            nodes = list(job.placed)
+            if any(n.state is NodeState.REQUESTED for n in nodes):
+                pool = self._pool(job.pool)
+                for node in nodes:
+                    if node.state is NodeState.REQUESTED:
+                        node.state = NodeState.POWERED_DOWN
+                        pool.active.pop(node, None)
+                        self._dirty.add(node)
+                self._evict_job(job, pool)
+            else:
+                self._begin(job, nodes)
+            del self._requested[index]
+
     def _launch_order(self, order: LaunchOrder) -> int:
         """Launch what the template's capacity allows; returns how many found none."""
         pool = self._pool(order.template)
         limit = self.sim.capacity.get(order.template)
-        room = len(order.nodes) if limit is None else limit - len(pool.active)
+        up = sum(1 for n in pool.active if n.state is not NodeState.REQUESTED)
+        room = len(order.nodes) if limit is None else limit - up
         started = order.nodes[: max(room, 0)]
         for name in started:
             self._launch(self._nodes[name], order.market)
@@ -493,7 +532,7 @@ class Replay:
         flags = {"CLOUD"} if cloud else set()
         if node.state is NodeState.POWERED_DOWN:
             flags.add("POWERED_DOWN")
-        elif node.state is NodeState.BOOTING:
+        elif node.state in (NodeState.BOOTING, NodeState.REQUESTED):
             flags.add("POWERING_UP")
         state = "IDLE" if node.empty else ("ALLOCATED" if not node.free_cpus else "MIXED")
         template = self.templates.get(node.pool)

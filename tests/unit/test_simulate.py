@@ -23,6 +23,7 @@ def settings(**simulate: Any) -> Settings:
     market = simulate.pop("market", "on-demand")
     gpus = simulate.pop("gpus", 0)
     fallback = simulate.pop("fallback", None)  # a fallback template of this max_nodes
+    mode = simulate.pop("demand_mode", "policy")
     template: dict[str, Any] = {
         "name": "burst",
         "provider": "aws",
@@ -33,6 +34,7 @@ def settings(**simulate: Any) -> Settings:
         "cpus": 8,
         "memory_mb": 32000,
         "market": market,
+        "demand_mode": mode,
         "prices": {"m5.large": {"on_demand": PRICE, "spot": PRICE / 4}},
     }
     if gpus:
@@ -244,3 +246,17 @@ def test_a_template_without_capacity_falls_back_as_the_daemon_does() -> None:
     placed = {j.job_id: j.pool for j in sim.jobs}
     assert sorted(placed[f"j{i}"] for i in (1, 2, 3)) == ["burst", "spare", "spare"]
     assert [starts(sim)[f"j{i}"] for i in (1, 2, 3)] == [600, 600, 600]
+
+
+def test_slurm_mode_slots_are_launched_from_slurms_resume_requests() -> None:
+    """A slurm-mode template under a chain with no demand policy: Slurm resumes slots for
+    the jobs itself, and the daemon's decide step launches what it asked for (the resume
+    requests are the first demand); the jobs start once the nodes have booted."""
+    config = settings(demand_mode="slurm", chain=[{"name": "idle_timeout"}])
+    busy = job(0, 0, 7200)
+    figures, sim = replay(config, "default", 1, busy, job(1, 10, 3600), job(2, 10, 3600))
+    assert figures.launches == 2 and figures.completed == 3 and figures.requeues == 0
+    assert [starts(sim)[j] for j in ("j1", "j2")] == [600, 600]
+    policy_mode = settings(chain=[{"name": "idle_timeout"}])  # nothing asks: nothing bursts
+    figures, _ = replay(policy_mode, "default", 1, busy, job(1, 10, 3600))
+    assert figures.launches == 0 and figures.cloud_jobs == 0
