@@ -22,7 +22,7 @@ from clustermgr.db.engine import Database
 from clustermgr.db.models import ClusterEvent, InstanceRun, Node
 from clustermgr.db.models import ForeignInstance as ForeignRow
 from clustermgr.db.ownership import NODE_LAUNCH, issue
-from clustermgr.errors import ErrorKind, ProviderError, WorkloadError
+from clustermgr.errors import ConfigError, ErrorKind, ProviderError, WorkloadError
 from clustermgr.inputs import usable_address
 from clustermgr.lifecycle import NodeState, transition
 from clustermgr.mungekey import IdentityError
@@ -78,13 +78,18 @@ class Actor:
         self.clock = clock
         self.actor = actor
 
+    def template(self, name: str) -> TemplateView:
+        if name not in self.templates:  # an order from before the template left the config
+            raise ConfigError(f"no template named {name!r} in the configuration")
+        return self.templates[name]
+
     # --- launching ------------------------------------------------------------------------
 
     def begin_launch(self, order: LaunchOrder) -> None:
         """Record the intent (LAUNCHING + request id) before any cloud call, and the request
         id as issued: only an instance carrying an issued id is ever adopted or terminated."""
         now = self.clock()
-        provider = self.templates[order.template].provider
+        provider = self.template(order.template).provider
         with self.db.session() as session:
             issue(session, order.request_id, NODE_LAUNCH, provider, order.template, now)
             for node in self._nodes(session, order.nodes):
@@ -96,7 +101,7 @@ class Actor:
     def launch(self, order: LaunchOrder) -> LaunchOutcome:
         """Call the provider and bind what started; the rest is failed with its reason."""
         outcome = LaunchOutcome(order)
-        provider = self.providers.get(self.templates[order.template].provider)
+        provider = self.providers.get(self.template(order.template).provider)
         if provider is None:
             error = LaunchError(ErrorKind.OTHER, "ProviderUnavailable", "provider not reachable")
             return self._fail_all(outcome, error)
@@ -138,7 +143,7 @@ class Actor:
         if not instances:
             return
         now = self.clock()
-        template = self.templates[template_name]
+        template = self.template(template_name)
         with self.db.session() as session:
             for node in self._nodes(session, list(instances)):
                 instance = instances[node.name]

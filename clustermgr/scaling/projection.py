@@ -15,7 +15,7 @@ from clustermgr.lifecycle import NodeState
 from clustermgr.policy.view import ClusterView, NodeView
 from clustermgr.reasons import kind_of
 from clustermgr.scaling.observe import NodeRecord, Snapshot, template_views
-from clustermgr.scaling.onprem import PowerFacts, power_facts
+from clustermgr.scaling.onprem import power_facts
 from clustermgr.scaling.protection import with_this_cycle
 from clustermgr.scaling.reconcile import Judgment
 from clustermgr.scaling.verdicts import FAILING, FINISHING, Judged, Verdict
@@ -38,10 +38,20 @@ def build_view(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> Cl
                 jobs_end[node] = job.end_time
     nodes = {}
     power = power_facts(settings, snapshot.instances)
+    seen, facts = snapshot.workload.nodes, judgment.facts
     for name, record in snapshot.nodes.items():
         if record.state is NodeState.RETIRED:
             continue  # not a slot any more: policies never see it
-        view = _node_view(record, snapshot, jobs_end.get(name), judgment, power)
+        fact = facts.get(name)
+        view = node_view(
+            record,
+            seen.get(name),
+            jobs_end.get(name),
+            fact.idle_since if fact else record.idle_since,
+            # a BMC that did not answer, or a provider that could not be listed at all
+            record.provider in power.providers
+            and (record.provider not in snapshot.instances or power.unknown(name)),
+        )
         judged = judgment.verdicts.get(name)
         nodes[name] = project(view, judged) if judged is not None else view
     return ClusterView(
@@ -101,26 +111,6 @@ def node_view(
         idle_since=idle_since,
         jobs_end=jobs_end,
         power_unknown=power_unknown,
-    )
-
-
-def _node_view(
-    record: NodeRecord,
-    snapshot: Snapshot,
-    jobs_end: datetime | None,
-    judgment: Judgment,
-    power: PowerFacts,
-) -> NodeView:
-    facts = judgment.facts.get(record.name)
-    onprem = record.provider in power.providers
-    return node_view(
-        record,
-        snapshot.workload.nodes.get(record.name),
-        jobs_end,
-        facts.idle_since if facts else record.idle_since,
-        # a BMC that did not answer, or a provider that could not be listed at all
-        power_unknown=onprem
-        and (record.provider not in snapshot.instances or power.unknown(record.name)),
     )
 
 
