@@ -21,10 +21,12 @@ from clustermgr.policy.loader import load_chain
 from clustermgr.scaling.accounting import account_jobs
 from clustermgr.scaling.actor import Actor
 from clustermgr.scaling.clamp import clamp
-from clustermgr.scaling.engine import initial_decision, snapshot_frozen
+from clustermgr.scaling.decide import initial_decision
+from clustermgr.scaling.engine import snapshot_frozen
 from clustermgr.scaling.observe import Snapshot, read_nodes
 from clustermgr.scaling.projection import build_view
 from clustermgr.scaling.reconcile import reconcile
+from clustermgr.scaling.specs import LaunchSpecs
 from clustermgr.workload.base import PendingJob, WorkloadNode, WorkloadSnapshot
 from clustermgr.workload.slurm import SlurmCli
 
@@ -136,7 +138,8 @@ def main() -> None:
             plan.launches = plan.launches[:1]  # one template: 1,000 transitions (quick: 200)
             orders = plan.launches
             mark = time.perf_counter()
-            actor = Actor(settings, database, SlurmCli(), {}, lambda: now)
+            specs = LaunchSpecs(settings, lambda: now)
+            actor = Actor(view.templates, database, SlurmCli(), {}, lambda: now, specs)
             for order in orders:
                 actor.begin_launch(order)
             steps["write transitions"] = time.perf_counter() - mark

@@ -49,8 +49,8 @@ class BudgetCap:
         limits = {j.job_id: j.time_limit_min for j in view.pending}
         kept, refusals = [], []
         for launch in decision.launches:
-            template = view.templates[launch.template]
-            price = template.hourly_price(launch.market)
+            # the dearest of its alternates: a capacity fallback stays under the caps too
+            price = view.launch_price(launch.template, launch.market)
             minutes = [limits.get(job) for job in launch.jobs]
             hours = max((m / 60 for m in minutes if m), default=self.default_job_hours)
             allowed = launch.count

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from clustermgr.scaling.clamp import Plan
+from clustermgr.scaling.clamp import LaunchOrder, Plan
 from clustermgr.scaling.ownership import FOREIGN_VERDICT
 from clustermgr.scaling.reconcile import Judgment
 
@@ -74,6 +74,12 @@ def verdict_rows(judgment: Judgment) -> list[dict[str, Any]]:
     return rows
 
 
+def alternates(order: LaunchOrder) -> str:
+    """Where the order's nodes go if the cloud has no capacity, and what that cannot cover."""
+    text = "".join(f"; no capacity: {a.template} [{','.join(a.nodes)}]" for a in order.alternates)
+    return text + (f"; {order.cut}" if order.cut else "")
+
+
 def plan_rows(plan: Plan) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for order in plan.launches:
@@ -83,7 +89,7 @@ def plan_rows(plan: Plan) -> list[dict[str, Any]]:
                 "target": order.template,
                 "count": len(order.nodes),
                 "market": order.market,
-                "reason": f"{order.reason} [{','.join(order.nodes)}]",
+                "reason": f"{order.reason} [{','.join(order.nodes)}]" + alternates(order),
             }
         )
     rows.extend(

@@ -166,6 +166,7 @@ ROWS: list[tuple[str, str]] = [
     ("cloud utilisation", "cloud_utilisation"),
     ("launches", "launches"),
     ("spot reclaims", "reclaims"),
+    ("launches without capacity", "capacity_failures"),
     ("policy errors", "policy_errors"),
 ]
 

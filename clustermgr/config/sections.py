@@ -103,6 +103,9 @@ class SimulateSettings(StrictModel):
     onprem_keep_on: int = Field(0, ge=0)  # nodes that always stay on (SuspendExcNodes)
     onprem_idle_kw: float = Field(0.0, ge=0)  # an idle on-prem node's draw: the kWh saved
     spot_reclaim_per_hour: float = Field(0.01, ge=0)
+    # per template: how many of its instances the simulated cloud runs at once (default: no
+    # limit); launches past it fail for capacity and go to the fallback templates
+    capacity: dict[str, int] = {}
     tick_s: float = Field(60.0, gt=0)
     backfill_depth: int = Field(200, ge=0)
     seed: int = 0

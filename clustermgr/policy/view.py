@@ -43,6 +43,8 @@ class TemplateView:
     # node's draw in kW (what a powered-off node saves)
     min_on: int = 0
     idle_kw: float = 0.0
+    # where a launch goes when the cloud has no capacity for any of its types and zones
+    fallbacks: tuple[str, ...] = ()
 
     @property
     def onprem(self) -> bool:
@@ -181,6 +183,24 @@ class ClusterView:
             if template:
                 total += template.hourly_price(node.market, node.instance_type)
         return total
+
+    def launch_price(self, template: str, market: str | None = None) -> float:
+        """$/hour a launch of `template` may cost a node: the dearest of what a capacity
+        shortage may turn it into (any of its instance types, then its fallback templates
+        and theirs, unless they launch nothing now). What budget policies should judge."""
+        names, todo = [template], [template]
+        while todo:
+            for fallback in self.templates[todo.pop()].fallbacks:
+                if fallback in self.templates and fallback not in names:
+                    names.append(fallback)
+                    todo.append(fallback)
+        prices = [
+            t.hourly_price(market or self.templates[template].market, instance_type)
+            for t in (self.templates[n] for n in names)
+            if t.name == template or not t.blocked
+            for instance_type in t.instance_types
+        ]
+        return max(prices, default=0.0)
 
     def pending_age(self, job: PendingJob) -> timedelta:
         return self.now - job.submit_time if job.submit_time else timedelta(0)

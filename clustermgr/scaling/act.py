@@ -6,25 +6,26 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from sqlalchemy import select
 
-from clustermgr.config import Settings
 from clustermgr.db.models import ClusterEvent, Node
 from clustermgr.hostlists import compress
 from clustermgr.lifecycle import NodeState, transition
 from clustermgr.policy.view import ClusterView
-from clustermgr.reasons import HOLD_PREFIX, HOLD_REASON, REFUSED, Reason
-from clustermgr.scaling.actor import Actor
-from clustermgr.scaling.clamp import LaunchOrder, Plan, StopOrder, new_request_id
+from clustermgr.reasons import HOLD_PREFIX, HOLD_REASON, PROTECTED, REFUSED, Reason, is_hold
+from clustermgr.scaling.actor import Actor, LaunchOutcome
+from clustermgr.scaling.clamp import LaunchOrder, Plan, StopOrder
 from clustermgr.scaling.observe import Snapshot
 from clustermgr.scaling.ownership import FOREIGN_VERDICT
 from clustermgr.scaling.reconcile import Judgment
 from clustermgr.scaling.verdicts import FAILING, Judged, SlurmSeen, Verdict
+from clustermgr.workload.base import WorkloadNode
 from clustermgr.workload.hooks import HookRequest, consume
 
 log = logging.getLogger(__name__)
+PROTECTED_HOLD = f"{HOLD_PREFIX}(Code:{PROTECTED})"
 HOLD_REASON_MAX = 240  # Slurm keeps the whole reason; sinfo and admins do not need more
 SLURM_HAS_IT_DOWN = frozenset({SlurmSeen.POWERED_DOWN, SlurmSeen.POWERING_DOWN, SlurmSeen.MISSING})
 
@@ -69,7 +70,7 @@ def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: A
         actor.bind(template, group)
         out.adopted.extend(sorted(group))
     tell = sorted(out.adopted + judgment.names(Verdict.TELL_SLURM))
-    modes = {t.name: t.demand_mode for t in actor.settings.templates}
+    modes = {t.name: t.demand_mode for t in actor.templates.values()}
     asleep = [
         n
         for n in tell
@@ -131,7 +132,6 @@ def record_facts(actor: Actor, snapshot: Snapshot, judgment: Judgment) -> None:
 
 def relaunch(
     actor: Actor,
-    settings: Settings,
     view: ClusterView,
     judgment: Judgment,
     out: ActReport,
@@ -147,21 +147,19 @@ def relaunch(
             request_id,
             "retrying an interrupted launch",
         )
-        launch(actor, settings, view, order, out, guard, begin=False)
+        launch(actor, view, order, out, guard, begin=False)
 
 
 def act_on_plan(
     actor: Actor,
-    settings: Settings,
     view: ClusterView,
     plan: Plan,
     out: ActReport,
     guard: Callable[[], bool],
 ) -> None:
     refuse(actor, view, plan, out)
-    taken = {n for order in plan.launches for n in order.nodes}
     for order in plan.launches:
-        launch(actor, settings, view, order, out, guard, begin=True, taken=taken)
+        launch(actor, view, order, out, guard, begin=True)
     actor.stop(plan.stops)
     out.stopped.extend(s.node for s in plan.stops)
     hold_policy_nodes(actor, view, plan)
@@ -171,20 +169,58 @@ def act_on_plan(
 
 def launch(
     actor: Actor,
-    settings: Settings,
     view: ClusterView,
     order: LaunchOrder,
     out: ActReport,
     guard: Callable[[], bool],
     begin: bool,
-    taken: set[str] | None = None,
 ) -> None:
+    """Launch the order; nodes the cloud had no capacity for are replaced from the order's
+    alternates (decided and cut to every limit by clamp), in their order, as far as they go;
+    the rest fail with why no alternate took them."""
+    outcome = (
+        launch_one(actor, view, order, out)
+        if _may_launch(actor, order, out, guard, begin)
+        else None
+    )
+    if outcome is None:
+        return
+    missing = len(outcome.failed) if outcome.out_of_capacity else 0
+    alternates = list(order.alternates)
+    covered = sum(len(a.nodes) for a in alternates)
+    if missing > covered and order.cut:
+        for node in sorted(outcome.failed)[covered:]:
+            out.failed[node] = outcome.failed[node] = f"{outcome.failed[node]}; {order.cut}"
+        record(actor, "refusal", f"{order.template}: {order.cut}")
+    actor.fail(outcome.failed)
+    while missing and alternates:
+        retry = replace(alternates.pop(0), jobs=order.jobs)
+        retry = replace(retry, nodes=retry.nodes[:missing])
+        if not _may_launch(actor, retry, out, guard, begin=True):
+            return
+        tried = launch_one(actor, view, retry, out)
+        actor.fail(tried.failed)
+        missing -= len(retry.nodes) - (len(tried.failed) if tried.out_of_capacity else 0)
+
+
+def _may_launch(
+    actor: Actor, order: LaunchOrder, out: ActReport, guard: Callable[[], bool], begin: bool
+) -> bool:
+    """Still the leader: the launch's intent recorded (`begin`), else False and said."""
     if not guard():
         out.error = "lost leadership during the cycle; remaining launches skipped"
-        return
+        return False
     if begin:
         actor.begin_launch(order)
-    wake = to_power_up(settings, view, list(order.nodes))
+    return True
+
+
+def launch_one(
+    actor: Actor, view: ClusterView, order: LaunchOrder, out: ActReport
+) -> LaunchOutcome:
+    """One launch call, its nodes woken and held around it. The failed nodes are in the
+    outcome (and the report), not failed yet."""
+    wake = to_power_up(view, list(order.nodes))
     unheld = to_hold(view, wake)
     actor.hold(unheld)  # Slurm places no job on a node whose launch may still fail
     actor.wake(wake)  # Slurm first: see Actor.wake
@@ -192,24 +228,20 @@ def launch(
     held = unheld + [n for n in order.nodes if _held_in_view(view, n)]
     actor.tell_slurm(outcome.launched, release=held)  # the hold goes once bound
     out.launched.extend(outcome.launched)
-    if not outcome.failed:
-        return
-    actor.fail(outcome.failed)
     out.failed.update(outcome.failed)
-    if outcome.out_of_capacity:
-        fall_back(actor, settings, view, order, len(outcome.failed), out, guard, taken or set())
+    return outcome
 
 
-def to_power_up(settings: Settings, view: ClusterView, names: list[str]) -> list[str]:
+def to_power_up(view: ClusterView, names: list[str]) -> list[str]:
     """Nodes about to be launched that Slurm is not already bringing up: a policy-mode
     template's (held until now), and in slurm mode the ones Slurm did not ask for (a
     capacity fallback's)."""
     wake = []
     for name in names:
         node = view.nodes.get(name)
-        template = settings.template(node.template or "") if node else None
+        known = node is not None and (node.template or "") in view.templates
         slurm_asked = node is not None and node.slurm is not None and node.slurm.power_up_asked
-        if template is not None and not slurm_asked:
+        if known and not slurm_asked:
             wake.append(name)
     return wake
 
@@ -227,38 +259,6 @@ def to_hold(view: ClusterView, wake: list[str]) -> list[str]:
         and node.slurm is not None
         and not node.slurm.drained
     ]
-
-
-def fall_back(
-    actor: Actor,
-    settings: Settings,
-    view: ClusterView,
-    order: LaunchOrder,
-    missing: int,
-    out: ActReport,
-    guard: Callable[[], bool],
-    taken: set[str],
-) -> None:
-    """Capacity ran out along the template's types and zones: try the next template, with
-    the slots this cycle's view shows free and no other launch of the plan took."""
-    template = settings.template(order.template)
-    for fallback in template.fallback_templates:
-        if view.templates[fallback].blocked:  # protected, or waiting for its director
-            continue
-        free = [n for n in view.free_slots(fallback) if n not in taken][:missing]
-        if not free:
-            continue
-        taken.update(free)
-        retry = LaunchOrder(
-            fallback,
-            tuple(free),
-            order.market,
-            new_request_id(),
-            f"fallback from {template.name}: no capacity",
-            order.jobs,
-        )
-        launch(actor, settings, view, retry, out, guard, begin=True, taken=taken)
-        return
 
 
 def refuse(actor: Actor, view: ClusterView, plan: Plan, out: ActReport) -> None:
@@ -298,6 +298,8 @@ def release_holds(actor: Actor, view: ClusterView, refused: set[str]) -> None:
 
 
 def hold_policy_nodes(actor: Actor, view: ClusterView, plan: Plan) -> None:
+    """Powered-down policy-mode nodes no launch takes stay held (drained); a protected
+    template's are held with its `(Code:PROTECTED) …`, so Slurm shows why."""
     launching = {n for order in plan.launches for n in order.nodes}
     by_reason: dict[str, list[str]] = {}
     for node in view.burst_nodes(NodeState.POWERED_DOWN):
@@ -306,14 +308,29 @@ def hold_policy_nodes(actor: Actor, view: ClusterView, plan: Plan) -> None:
             and node.template in view.templates
             and view.templates[node.template].demand_mode == "policy"
             and node.slurm is not None
-            and not node.slurm.drained
             and not node.settling
             and node.name not in launching
             and not (view.templates[node.template].onprem and node.slurm.state == "DOWN")
         ):  # an on-prem node DOWN for a BMC fault is out already, its reason in sight
-            by_reason.setdefault(hold_reason(node.slurm.reason), []).append(node.name)
+            reason = wanted_hold(node.slurm, view.templates[node.template].protected)
+            if reason is not None:
+                by_reason.setdefault(reason, []).append(node.name)
     for reason, names in sorted(by_reason.items()):
         actor.hold(names, reason)
+
+
+def wanted_hold(slurm: WorkloadNode, protected: str | None) -> str | None:
+    """The hold a powered-down policy-mode node should carry, None when it has it already
+    (or an admin's drain, which is never replaced)."""
+    if slurm.drained and not is_hold(slurm.reason):
+        return None
+    if protected:
+        wanted = f"{HOLD_PREFIX}{protected}"[:HOLD_REASON_MAX]
+    elif slurm.drained:  # held already: only a protection that ended is replaced
+        wanted = HOLD_REASON if PROTECTED_HOLD in slurm.reason else slurm.reason
+    else:
+        wanted = hold_reason(slurm.reason)
+    return None if slurm.drained and slurm.reason == wanted else wanted
 
 
 def hold_reason(last: str) -> str:

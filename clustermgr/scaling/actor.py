@@ -18,21 +18,20 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from clustermgr import progress
-from clustermgr.bootstrap import KeyFetch, render_user_data
-from clustermgr.config import Settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import ClusterEvent, InstanceRun, Node
 from clustermgr.db.models import ForeignInstance as ForeignRow
 from clustermgr.db.ownership import NODE_LAUNCH, issue
-from clustermgr.errors import ErrorKind, ProviderError, WorkloadError
+from clustermgr.errors import ConfigError, ErrorKind, ProviderError, WorkloadError
 from clustermgr.inputs import usable_address
 from clustermgr.lifecycle import NodeState, transition
-from clustermgr.mungekey import IdentityError, launch_key_fetch
+from clustermgr.mungekey import IdentityError
+from clustermgr.policy.view import TemplateView
 from clustermgr.pricing import BillingRule, price_of
 from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
 from clustermgr.reasons import HOLD_REASON
 from clustermgr.scaling.clamp import LaunchOrder, StopOrder
-from clustermgr.scaling.onprem import onprem_providers, power_off_blocked
+from clustermgr.scaling.onprem import power_off_blocked
 from clustermgr.scaling.ownership import FOREIGN_VERDICT, ForeignInstance
 from clustermgr.workload.base import Workload, WorkloadNode
 
@@ -54,25 +53,35 @@ class LaunchOutcome:
 class Actor:
     def __init__(
         self,
-        settings: Settings,
+        templates: Mapping[str, TemplateView],
         database: Database,
         workload: Workload,
         providers: Mapping[str, Provider],
         clock: Callable[[], datetime],
+        specs: Callable[[LaunchOrder], LaunchSpec],
         actor: str = "cm-scale",
         slurm_nodes: Mapping[str, WorkloadNode] | None = None,
     ):
-        """`slurm_nodes`: Slurm's nodes as this cycle's snapshot saw them; an on-prem node
-        is powered off only when they show it safe (`onprem.power_off_blocked`)."""
-        self.settings = settings
+        """`templates`: the cycle's view of them (provider, prices, billing); `specs`: what a
+        launch order asks its cloud for (scaling/specs.py, built from the configuration and
+        the snapshot: act reads no configuration). `slurm_nodes`: Slurm's nodes as this
+        cycle's snapshot saw them; an on-prem node is powered off only when they show it
+        safe (`onprem.power_off_blocked`)."""
+        self.templates = templates
+        self.specs = specs
         self.slurm_nodes = slurm_nodes or {}
-        self.onprem = onprem_providers(settings)
+        self.onprem = frozenset(t.provider for t in templates.values() if t.onprem)
+        self.billing = {t.provider: t.billing for t in templates.values()}
         self.db = database
         self.workload = workload
         self.providers = providers
         self.clock = clock
         self.actor = actor
-        self._controller_version: str | None = None
+
+    def template(self, name: str) -> TemplateView:
+        if name not in self.templates:  # an order from before the template left the config
+            raise ConfigError(f"no template named {name!r} in the configuration")
+        return self.templates[name]
 
     # --- launching ------------------------------------------------------------------------
 
@@ -80,7 +89,7 @@ class Actor:
         """Record the intent (LAUNCHING + request id) before any cloud call, and the request
         id as issued: only an instance carrying an issued id is ever adopted or terminated."""
         now = self.clock()
-        provider = self.settings.template(order.template).provider
+        provider = self.template(order.template).provider
         with self.db.session() as session:
             issue(session, order.request_id, NODE_LAUNCH, provider, order.template, now)
             for node in self._nodes(session, order.nodes):
@@ -92,14 +101,13 @@ class Actor:
     def launch(self, order: LaunchOrder) -> LaunchOutcome:
         """Call the provider and bind what started; the rest is failed with its reason."""
         outcome = LaunchOutcome(order)
-        template = self.settings.template(order.template)
-        provider = self.providers.get(template.provider)
+        provider = self.providers.get(self.template(order.template).provider)
         if provider is None:
             error = LaunchError(ErrorKind.OTHER, "ProviderUnavailable", "provider not reachable")
             return self._fail_all(outcome, error)
         progress.step(f"launching {len(order.nodes)} of {order.template} ({order.request_id})")
         try:
-            spec = self.spec(order)
+            spec = self.specs(order)
         except IdentityError as exc:  # no key server certificate: no node could join
             return self._fail_all(outcome, LaunchError(ErrorKind.OTHER, "MungeKey", str(exc)))
         try:
@@ -125,46 +133,6 @@ class Actor:
             outcome.failed = {n: first.reason() for n in missing}
         return outcome
 
-    def spec(self, order: LaunchOrder) -> LaunchSpec:
-        template = self.settings.template(order.template)
-        return LaunchSpec(
-            template=template.name,
-            instance_types=tuple(template.instance_types),
-            image=template.image,
-            node_names=order.nodes,
-            zones=tuple(template.zones),
-            subnets=tuple(template.subnets),
-            security_groups=tuple(template.security_groups),
-            market="spot" if order.market == "spot" else "on-demand",
-            max_spot_price=template.max_spot_price,
-            user_data=render_user_data(
-                self.settings, template, self.controller_version(), self.key_fetch(order)
-            ),
-            tags={},
-            instance_profile=template.instance_profile,
-            placement_group=template.placement_group,
-            key_name=template.key_name,
-            network=template.network,
-            root_volume_gb=template.volume_size_gb,
-        )
-
-    def key_fetch(self, order: LaunchOrder) -> KeyFetch:
-        """A one-time munge-key token for this request, redeemable by each of its instances
-        within the template's boot window (clustermgr.mungekey)."""
-        template = self.settings.template(order.template)
-        return launch_key_fetch(
-            self.settings, order.request_id, len(order.nodes), template.boot_timeout_s, self.clock()
-        )
-
-    def controller_version(self) -> str:
-        """slurmctld's version (asked once per actor), so nodes can check their slurmd."""
-        if self._controller_version is None:
-            try:
-                self._controller_version = self.workload.config_values().get("SLURM_VERSION", "")
-            except WorkloadError:
-                self._controller_version = ""
-        return self._controller_version
-
     def _fail_all(self, outcome: LaunchOutcome, error: LaunchError) -> LaunchOutcome:
         outcome.errors = [error]
         outcome.failed = {n: error.reason() for n in outcome.order.nodes}
@@ -175,7 +143,7 @@ class Actor:
         if not instances:
             return
         now = self.clock()
-        template = self.settings.template(template_name)
+        template = self.template(template_name)
         with self.db.session() as session:
             for node in self._nodes(session, list(instances)):
                 instance = instances[node.name]
@@ -183,7 +151,7 @@ class Actor:
                     reason = "already on (BMC on, registered in Slurm): adopted"
                     transition(node, NodeState.LAUNCHING, reason, self.actor, now=now)
                 hourly = price_of(
-                    template.price_table,
+                    template.prices,
                     template.instance_types,
                     instance.instance_type,
                     instance.lifecycle,
@@ -197,7 +165,7 @@ class Actor:
                     self.actor,
                     hourly,
                     # an on-prem node is its own "instance" every power cycle, and unbilled
-                    billed=template.provider not in onprem_providers(self.settings),
+                    billed=template.provider not in self.onprem,
                 )
 
     def wake(self, names: Sequence[str]) -> None:
@@ -427,9 +395,7 @@ class Actor:
             log.warning("%s %s: %s", getattr(action, "__name__", "slurm"), names, exc)
 
     def _billing(self, node: Node) -> BillingRule:
-        if node.provider:
-            return self.settings.provider(node.provider).billing
-        return BillingRule(1, 0)
+        return self.billing.get(node.provider or "", BillingRule(1, 0))
 
     def _nodes(self, session: Session, names: Sequence[str]) -> list[Node]:
         if not names:

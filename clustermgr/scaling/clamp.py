@@ -4,13 +4,21 @@ Limits applied, in order: a template that may not launch now (protected mode, or
 region's director is not READY: refused with that reason), the Slurm node slots that exist
 and are powered down, the template's max_nodes, the provider's max_instances. Every cut is
 noted in the plan.
+
+Capacity fallbacks are decided here too, not in act: once every launch is cut, each order
+gets its alternates, the free slots of its template's `fallback_templates` (and theirs, in
+order) that no other order took, cut to the same limits with the room the launches left.
+Act launches an alternate only for nodes the cloud had no capacity for, so a fallback never
+passes a limit; what the alternates cannot cover carries the cut (`LaunchOrder.cut`) as its
+reason. The budget is judged before: `budget_cap` prices a launch at the dearest of its
+alternates (`ClusterView.launch_price`).
 """
 
 from __future__ import annotations
 
 import uuid
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from clustermgr.config import Settings
 from clustermgr.lifecycle import NodeState
@@ -29,6 +37,9 @@ class LaunchOrder:
     request_id: str
     reason: str
     jobs: tuple[str, ...] = ()
+    # launched in order, as far as they go, for nodes the cloud had no capacity for
+    alternates: tuple[LaunchOrder, ...] = ()
+    cut: str = ""  # why the alternates cover fewer nodes than the order, if they do
 
 
 @dataclass(frozen=True)
@@ -113,12 +124,94 @@ def clamp(decision: ScaleDecision, view: ClusterView, settings: Settings) -> Pla
                 jobs=launch.jobs,
             )
         )
+    left = {
+        p: limit - provider_active[p] for p, limit in provider_limit.items() if limit is not None
+    }
+    reserved: Counter[str] = Counter()  # alternate slots per template
+    plan.launches = [_with_alternates(o, plan, view, taken, left, reserved) for o in plan.launches]
     for stop in decision.stops:
         node = view.nodes[stop.node]
         if node.state in STOPPABLE and stop.node not in taken:
             plan.stops.append(StopOrder(stop.node, stop.reason))
             taken.add(stop.node)
     return plan
+
+
+def fallback_chain(view: ClusterView, template: str) -> list[str]:
+    """The fallback templates of `template`, and theirs, depth first, each once."""
+    chain: list[str] = []
+    todo = list(reversed(view.templates[template].fallbacks))
+    while todo:
+        name = todo.pop()
+        if name == template or name in chain or name not in view.templates:
+            continue
+        chain.append(name)
+        todo.extend(reversed(view.templates[name].fallbacks))
+    return chain
+
+
+def _with_alternates(
+    order: LaunchOrder,
+    plan: Plan,
+    view: ClusterView,
+    taken: set[str],
+    room: dict[str, int],
+    reserved: Counter[str],
+) -> LaunchOrder:
+    """The order with its alternates: per fallback template up to as many free slots as the
+    order has nodes, within the template's max_nodes and its provider's max_instances (an
+    alternate of the order's own provider replaces failed nodes one for one, so it needs no
+    room of its own there)."""
+    chain = fallback_chain(view, order.template)
+    if not chain:
+        return order
+    alternates: list[LaunchOrder] = []
+    cuts: list[str] = []
+    own = view.templates[order.template].provider
+    wanted = len(order.nodes)
+    for name in chain:
+        template = view.templates[name]
+        if template.blocked:  # protected, backing off, or waiting for its director
+            cuts.append(f"{name}: {template.blocked}")
+            continue
+        free = [n for n in view.free_slots(name) if n not in taken]
+        limit = min(
+            len(free),
+            template.max_nodes
+            - len(view.active_nodes(name))
+            - _planned(plan, name)
+            - reserved[name],
+            wanted,
+        )
+        why = "free slots or max_nodes"
+        if template.provider != own and template.provider in room:
+            if room[template.provider] < limit:
+                why = f"max_instances of provider {template.provider}"
+            limit = min(limit, room[template.provider])
+        nodes = free[: max(limit, 0)]
+        if len(nodes) < wanted:
+            cuts.append(f"{name}: {len(nodes)} of {wanted} nodes ({why})")
+        if not nodes:
+            continue
+        taken.update(nodes)
+        reserved[name] += len(nodes)
+        if template.provider != own and template.provider in room:
+            room[template.provider] -= len(nodes)
+        alternates.append(
+            LaunchOrder(
+                name,
+                tuple(nodes),
+                order.market,
+                new_request_id(),
+                f"fallback from {order.template}: no capacity",
+                order.jobs,
+            )
+        )
+    covered = sum(len(a.nodes) for a in alternates)
+    cut = ""
+    if covered < wanted:
+        cut = f"fallback covers {covered} of {wanted} nodes ({'; '.join(cuts)})"
+    return replace(order, alternates=tuple(alternates), cut=cut)
 
 
 def _planned(plan: Plan, template: str) -> int:

@@ -20,18 +20,17 @@ from clustermgr.config import Settings
 from clustermgr.db.engine import Database
 from clustermgr.directors.gate import read_gate
 from clustermgr.errors import ClusterMgrError, ProviderError, WorkloadError
-from clustermgr.lifecycle import NodeState
 from clustermgr.policy.chain import PolicyRunner
-from clustermgr.policy.decision import Launch, ScaleDecision
 from clustermgr.policy.loader import load_chain
 from clustermgr.policy.view import ClusterView
 from clustermgr.providers.base import CloudInstance, Provider
 from clustermgr.providers.registry import make_provider
 from clustermgr.scaling import act
-from clustermgr.scaling.accounting import account_jobs
 from clustermgr.scaling.actor import Actor
-from clustermgr.scaling.clamp import Plan, clamp
-from clustermgr.scaling.directors import providers_in_demand, waiting_summary, with_waits
+from clustermgr.scaling.clamp import Plan
+from clustermgr.scaling.decide import decide as decide_plan
+from clustermgr.scaling.decide import judge
+from clustermgr.scaling.directors import providers_in_demand, waiting_summary
 from clustermgr.scaling.observe import (
     Snapshot,
     month_spend,
@@ -40,15 +39,16 @@ from clustermgr.scaling.observe import (
     recent_failures,
 )
 from clustermgr.scaling.onprem import onprem_providers
-from clustermgr.scaling.projection import build_view
 from clustermgr.scaling.protection import template_health
-from clustermgr.scaling.reconcile import Judgment, reconcile
+from clustermgr.scaling.reconcile import Judgment
+from clustermgr.scaling.specs import LaunchSpecs
 from clustermgr.scaling.verdicts import Verdict
 from clustermgr.workload.base import Workload
 from clustermgr.workload.hooks import read_requests, reject_malformed, spool_writers
 from clustermgr.workload.slurm import SlurmCli
 
 log = logging.getLogger(__name__)
+VERSION_TTL_S = 3600.0
 
 
 @dataclass
@@ -127,6 +127,7 @@ class Engine:
         self.spool_writers = spool_writers(settings.slurm.user)  # root and SlurmUser
         # Asked before every act step: a daemon that lost leadership must not act.
         self.guard: Callable[[], bool] = lambda: True
+        self._version: tuple[float, str] | None = None  # (when read, slurmctld's version)
 
     def provider(self, name: str) -> Provider:
         if name not in self.providers:
@@ -182,11 +183,13 @@ class Engine:
             failures=failures,
             month_spend=spend,
             protected={h.template: h.blocked for h in health if h.blocked},
+            health={h.template: h for h in health},
             director_waits=gate.waiting,
             director_instances=gate.instances,
             director_requests=gate.requests,
             ownership=ownership,
             unreadable_instances=rows.unreadable_instances,
+            controller_version=self.controller_version(),
         )
 
     def _cycle(self, report: CycleReport, dry_run: bool, decide: bool) -> None:
@@ -198,22 +201,18 @@ class Engine:
         self, report: CycleReport, snapshot: Snapshot, dry_run: bool, decide: bool
     ) -> None:
         progress.step("reconcile")
-        judgment = reconcile(self.settings, snapshot, self.settings.daemon.orphan_grace_s)
+        judgment, view = judge(self.settings, snapshot)
         report.judgment = judgment
-        view = with_waits(build_view(self.settings, snapshot, judgment), snapshot.director_waits)
         plan = Plan()
         if decide:
-            view = view.with_proposed(initial_decision(view))
-            report.view = view
             progress.step("the policies")
-            result = self.runner.run(view)
-            if result.error:
-                report.error = f"{result.error}; no scaling action this cycle"
+            decided = decide_plan(self.settings, self.runner, view)
+            view = report.view = decided.view
+            if decided.error:
+                report.error = f"{decided.error}; no scaling action this cycle"
                 if not dry_run:
-                    self._record("policy-error", result.error)
-            else:
-                plan = clamp(result.decision, view, self.settings)
-                plan.jobs = account_jobs(view, result.decision, plan)
+                    self._record("policy-error", decided.error)
+            plan = decided.plan
             report.plan = plan
         if dry_run:
             return
@@ -221,11 +220,12 @@ class Engine:
             report.error = "no longer the leader; nothing done"
             return
         actor = Actor(
-            self.settings,
+            view.templates,
             self.db,
             self.workload,
             self._reachable(report),
             self.clock,
+            LaunchSpecs(self.settings, self.clock, snapshot.controller_version),
             self.actor_name,
             slurm_nodes=snapshot.workload.nodes,
         )
@@ -233,16 +233,29 @@ class Engine:
         act.act_on_judgment(actor, snapshot, judgment, report.acted)
         report.acted.registered = judgment.names(Verdict.REGISTER)
         act.finish(judgment)
-        act.relaunch(actor, self.settings, view, judgment, report.acted, self.guard)
+        act.relaunch(actor, view, judgment, report.acted, self.guard)
         if decide and report.error is None:
             if not self.guard():
                 report.error = "no longer the leader; the plan was not applied"
                 return
             progress.step("acting on the plan")
-            act.act_on_plan(actor, self.settings, view, plan, report.acted, self.guard)
+            act.act_on_plan(actor, view, plan, report.acted, self.guard)
         report.error = report.error or report.acted.error
 
     # --- helpers -------------------------------------------------------------------------
+
+    def controller_version(self) -> str:
+        """slurmctld's version, asked again at most every VERSION_TTL_S (an upgrade of the
+        controller is seen within the hour; a failed read is retried next cycle)."""
+        now = time.monotonic()
+        if not self._version or now - self._version[0] > VERSION_TTL_S:
+            try:
+                version = self.workload.config_values().get("SLURM_VERSION", "")
+            except WorkloadError:
+                version = ""
+            self._version = (now, version) if version else None
+            return version
+        return self._version[1]
 
     def _list_instances(self, report: CycleReport) -> dict[str, dict[str, CloudInstance]]:
         listed: dict[str, dict[str, CloudInstance]] = {}
@@ -283,18 +296,3 @@ def snapshot_frozen() -> Iterator[None]:
         yield
     finally:
         gc.unfreeze()
-
-
-def initial_decision(view: ClusterView) -> ScaleDecision:
-    """Slurm's resume requests (and slots still REQUESTED from an earlier cycle) are demand
-    before any policy speaks."""
-    by_template: dict[str, list[str]] = {}
-    for node in sorted(view.burst_nodes(NodeState.REQUESTED), key=lambda n: n.name):
-        if node.template:
-            by_template.setdefault(node.template, []).append(node.name)
-    launches = []
-    for template, names in sorted(by_template.items()):
-        jobs = sorted({j for n in names for j in view.resume_requests.get(n, ())})
-        reason = "Slurm resume request" + (f" for jobs {','.join(jobs)}" if jobs else "")
-        launches.append(Launch(template, len(names), reason, jobs=tuple(jobs), nodes=tuple(names)))
-    return ScaleDecision(launches=tuple(launches))

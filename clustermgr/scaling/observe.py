@@ -23,6 +23,7 @@ from clustermgr.lifecycle import NodeState
 from clustermgr.policy.view import LaunchFailure, TemplateView
 from clustermgr.providers.base import CloudInstance
 from clustermgr.scaling.ownership import unheld
+from clustermgr.scaling.protection import TemplateHealth
 from clustermgr.workload.base import WorkloadSnapshot
 from clustermgr.workload.hooks import HookRequest
 
@@ -62,6 +63,9 @@ class Snapshot:
     failures: Sequence[LaunchFailure] = ()
     month_spend: float = 0.0
     protected: Mapping[str, str] = field(default_factory=dict)  # template -> PROTECTED reason
+    # the templates' failure counts as the database has them (protection.with_this_cycle
+    # adds the cycle's own verdicts); empty: `protected` is taken as it is
+    health: Mapping[str, TemplateHealth] = field(default_factory=dict)
     # template -> (Code:DIRECTOR) reason while its region's required director is not READY
     director_waits: Mapping[str, str] = field(default_factory=dict)
     director_instances: frozenset[str] = frozenset()  # instance ids director rows hold
@@ -70,6 +74,7 @@ class Snapshot:
     ownership: Ownership = field(default_factory=Ownership)
     # instance ids held by node rows this cycle could not read: never orphans
     unreadable_instances: frozenset[str] = frozenset()
+    controller_version: str = ""  # slurmctld's, for the user-data (nodes check their slurmd)
 
 
 @dataclass(frozen=True)
@@ -157,6 +162,7 @@ def template_views(
             protected=(protected or {}).get(t.name),
             min_on=t.min_on,
             idle_kw=t.idle_kw,
+            fallbacks=tuple(t.fallback_templates),
         )
     return views
 

@@ -13,10 +13,13 @@ from datetime import datetime
 from clustermgr.config import Settings
 from clustermgr.lifecycle import NodeState
 from clustermgr.policy.view import ClusterView, NodeView
+from clustermgr.reasons import kind_of
 from clustermgr.scaling.observe import NodeRecord, Snapshot, template_views
-from clustermgr.scaling.onprem import PowerFacts, power_facts
+from clustermgr.scaling.onprem import power_facts
+from clustermgr.scaling.protection import with_this_cycle
 from clustermgr.scaling.reconcile import Judgment
 from clustermgr.scaling.verdicts import FAILING, FINISHING, Judged, Verdict
+from clustermgr.workload.base import WorkloadNode
 
 PROJECTED = {
     Verdict.RESUME: NodeState.REQUESTED,
@@ -35,15 +38,25 @@ def build_view(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> Cl
                 jobs_end[node] = job.end_time
     nodes = {}
     power = power_facts(settings, snapshot.instances)
+    seen, facts = snapshot.workload.nodes, judgment.facts
     for name, record in snapshot.nodes.items():
         if record.state is NodeState.RETIRED:
             continue  # not a slot any more: policies never see it
-        view = node_view(record, snapshot, jobs_end.get(name), judgment, power)
+        fact = facts.get(name)
+        view = node_view(
+            record,
+            seen.get(name),
+            jobs_end.get(name),
+            fact.idle_since if fact else record.idle_since,
+            # a BMC that did not answer, or a provider that could not be listed at all
+            record.provider in power.providers
+            and (record.provider not in snapshot.instances or power.unknown(name)),
+        )
         judged = judgment.verdicts.get(name)
         nodes[name] = project(view, judged) if judged is not None else view
     return ClusterView(
         now=snapshot.now,
-        templates=template_views(settings, snapshot.protected),
+        templates=template_views(settings, blocked(settings, snapshot, judgment)),
         nodes=nodes,
         pending=tuple(snapshot.workload.pending),
         running=tuple(snapshot.workload.running),
@@ -53,33 +66,51 @@ def build_view(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> Cl
     )
 
 
+def blocked(settings: Settings, snapshot: Snapshot, judgment: Judgment) -> dict[str, str]:
+    """template -> why it launches nothing now, with the failures and registrations this
+    cycle judged already counted (protection.with_this_cycle)."""
+    if not snapshot.health:
+        return dict(snapshot.protected)
+    failed: dict[str, list[str]] = {}
+    for judged in judgment.having(*FAILING):
+        record = snapshot.nodes.get(judged.node)
+        kind = kind_of(judged.reason)
+        if record is not None and record.template and kind:
+            failed.setdefault(record.template, []).append(kind)
+    registered = {
+        snapshot.nodes[j.node].template or ""
+        for j in judgment.having(Verdict.REGISTER)
+        if j.node in snapshot.nodes
+    }
+    protected = with_this_cycle(snapshot.health, failed, registered, settings, snapshot.now)
+    # what only the snapshot knows (a director wait, a test's own) stays
+    return {**snapshot.protected, **protected} if failed else dict(snapshot.protected)
+
+
 def node_view(
     record: NodeRecord,
-    snapshot: Snapshot,
+    slurm: WorkloadNode | None,
     jobs_end: datetime | None,
-    judgment: Judgment,
-    power: PowerFacts | None = None,
+    idle_since: datetime | None,
+    power_unknown: bool = False,
 ) -> NodeView:
-    facts = judgment.facts.get(record.name)
-    onprem = power is not None and record.provider in power.providers
+    """A node row with Slurm's view of it, as policies see it (the simulator builds its
+    nodes through this too)."""
     return NodeView(
         name=record.name,
         kind=record.kind,
         state=record.state,
         template=record.template,
-        slurm=snapshot.workload.nodes.get(record.name),
+        slurm=slurm,
         instance_id=record.instance_id,
         instance_type=record.instance_type,
         market=record.market,
         request_id=record.request_id,
         launched_at=record.launched_at,
         state_since=record.state_since,
-        idle_since=facts.idle_since if facts else record.idle_since,
+        idle_since=idle_since,
         jobs_end=jobs_end,
-        # a BMC that did not answer, or a provider that could not be listed at all
-        power_unknown=onprem
-        and power is not None
-        and (record.provider not in snapshot.instances or power.unknown(record.name)),
+        power_unknown=power_unknown,
     )
 
 

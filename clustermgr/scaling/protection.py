@@ -21,7 +21,7 @@ and needs no state of its own; a reset is a cluster event.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
@@ -145,21 +145,55 @@ def judge(
     template: str, failures: Iterable[tuple[datetime, str]], settings: Settings, now: datetime
 ) -> TemplateHealth:
     listed = list(failures)
-    limit = settings.daemon.protect_after_failures
     if not listed:
         return TemplateHealth(template, 0, None, None, None, None)
     last, kind = listed[-1]
-    retry_at = _aware(last) + timedelta(seconds=settings.daemon.protect_backoff_s)
+    return judge_count(template, len(listed), _aware(last), kind, settings, now)
+
+
+def judge_count(
+    template: str, count: int, last: datetime, kind: str, settings: Settings, now: datetime
+) -> TemplateHealth:
+    """`count` failures in a row, the last at `last` of `kind`."""
+    limit = settings.daemon.protect_after_failures
+    retry_at = last + timedelta(seconds=settings.daemon.protect_backoff_s)
     protected = None
-    if limit and len(listed) >= limit and now < retry_at:
+    if limit and count >= limit and now < retry_at:
         protected = str(
             Reason(
                 PROTECTED,
-                f"{len(listed)} launch/boot failures in a row (last {kind}); retry at "
+                f"{count} launch/boot failures in a row (last {kind}); retry at "
                 f"{retry_at:%H:%M} UTC or `clustermgr templates reset {template}`",
             )
         )
-    return TemplateHealth(template, len(listed), last, kind, protected, retry_at)
+    return TemplateHealth(template, count, last, kind, protected, retry_at)
+
+
+def with_this_cycle(
+    health: Mapping[str, TemplateHealth],
+    failed: Mapping[str, Sequence[str]],
+    registered: Collection[str],
+    settings: Settings,
+    now: datetime,
+) -> dict[str, str]:
+    """template -> why it launches nothing now, this cycle's verdicts counted: the failures
+    reconcile judged now (template -> their kinds) move a template toward protection
+    before the plan is made, a registration judged now starts its count again. (The
+    database has them from the next cycle on; without this, the cycle that fails a batch
+    for BOOT_TIMEOUT still launched the next one.)"""
+    blocked: dict[str, str] = {}
+    for template in settings.templates:
+        known = health.get(template.name)
+        kinds = [k for k in failed.get(template.name, ()) if k in COUNTED]
+        if kinds:
+            before = 0 if known is None or template.name in registered else known.failures
+            judged = judge_count(template.name, before + len(kinds), now, kinds[-1], settings, now)
+            why = judged.protected or (known.backoff if known else None)
+        else:
+            why = known.blocked if known else None
+        if why:
+            blocked[template.name] = why
+    return blocked
 
 
 def _aware(at: datetime) -> datetime:

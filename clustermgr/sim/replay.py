@@ -25,7 +25,7 @@ import heapq
 import math
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 
 from clustermgr.config import PolicyRef, Settings
@@ -33,8 +33,10 @@ from clustermgr.lifecycle import NodeState
 from clustermgr.policy.chain import PolicyRunner
 from clustermgr.policy.loader import load_chain
 from clustermgr.policy.view import ClusterView, NodeView, TemplateView
-from clustermgr.scaling.clamp import clamp
-from clustermgr.scaling.observe import template_views
+from clustermgr.scaling.clamp import LaunchOrder
+from clustermgr.scaling.decide import decide
+from clustermgr.scaling.observe import NodeRecord, template_views
+from clustermgr.scaling.projection import node_view
 from clustermgr.sim.model import Pool, Shape, SimJob, SimNode, occupy, release
 from clustermgr.sim.results import Outcome, Sample, share
 from clustermgr.sim.scheduler import estimated_starts, schedule
@@ -100,6 +102,7 @@ class Replay:
         self._last_real = 0.0
         self._provider_active: dict[str, int] = {}
         self._active: dict[SimNode, None] = {}  # launched cloud nodes, in launch order
+        self._requested: dict[int, SimJob] = {}  # jobs on slots Slurm asked to resume
         self._open_rate = self._open_offset = 0.0  # $/s of the nodes up, and its offset
 
     # --- setup -------------------------------------------------------------------------
@@ -127,7 +130,11 @@ class Replay:
         nodes = [SimNode(n, name, shape, NodeState.POWERED_DOWN) for n in names]
         for node in nodes:
             node.reset()
-        resumable = self.strategy.kind in ("reactive", "bound")
+        # Slurm resumes the slots itself: the peers' model, and a slurm-mode template's under
+        # a policy chain (the daemon then launches what Slurm asked for, or refuses it)
+        resumable = self.strategy.kind in ("reactive", "bound") or (
+            self.strategy.kind == "policy" and template.demand_mode == "slurm"
+        )
         return Pool(name, shape, nodes, cloud=True, resumable=resumable)
 
     def _jobs(self, trace: Trace, scale_time: float) -> list[SimJob]:
@@ -289,14 +296,25 @@ class Replay:
         )
 
     def _start(self, job: SimJob, pool: Pool, nodes: list[SimNode]) -> None:
-        """Give `job` its nodes (booting powered-down ones first, in the reactive model)."""
+        """Give `job` its nodes (booting powered-down ones first, in the reactive model; under
+        a policy chain a slurm-mode slot is REQUESTED, and the next decide step launches it
+        or refuses it, as the daemon does with Slurm's resume requests)."""
         for node in nodes:
-            if node.state is NodeState.POWERED_DOWN and pool.cloud:
+            if node.state is NodeState.POWERED_DOWN and pool.cloud and self.runner is not None:
+                node.state = NodeState.REQUESTED
+                pool.active[node] = None
+            elif node.state is NodeState.POWERED_DOWN and pool.cloud:
                 self._launch(node, self.templates[pool.name].market)
             elif node.state is NodeState.POWERED_DOWN:
                 self._power_on(node)
         occupy(job, pool, nodes, self.now)
         self._dirty.update(nodes)
+        if any(n.state is NodeState.REQUESTED for n in nodes):
+            self._requested[job.index] = job  # it starts once its nodes are launched
+            return
+        self._begin(job, nodes)
+
+    def _begin(self, job: SimJob, nodes: list[SimNode]) -> None:
         job.start = max([self.now, *(n.up_at or self.now for n in nodes)])
         if job.first_start is None:
             job.first_start = job.start
@@ -379,15 +397,18 @@ class Replay:
         """Requeue the jobs on `node` (as Slurm does when their node goes away)."""
         pool = self._pool(node.pool)
         for job in [j for j in pool.running.values() if node in j.placed]:
-            if job.start is not None and self.now > job.start:
-                job.lost_node_s += (self.now - job.start) * len(job.placed)
-            self._dirty.update(job.placed)
-            release(job, pool, self.now)
-            self._running.pop(job.index, None)
-            job.generation += 1
-            job.start = None
-            self.outcome.requeues += 1
-            self._requeue(job)
+            self._evict_job(job, pool)
+
+    def _evict_job(self, job: SimJob, pool: Pool) -> None:
+        if job.start is not None and self.now > job.start:
+            job.lost_node_s += (self.now - job.start) * len(job.placed)
+        self._dirty.update(job.placed)
+        release(job, pool, self.now)
+        self._running.pop(job.index, None)
+        job.generation += 1
+        job.start = None
+        self.outcome.requeues += 1
+        self._requeue(job)
 
     def _requeue(self, job: SimJob) -> None:
         at = next((i for i, queued in enumerate(self.queue) if queued.index > job.index), None)
@@ -422,21 +443,58 @@ class Replay:
     # --- the policy cycle --------------------------------------------------------------
 
     def _cycle(self, shadow: float | None) -> None:
+        """The daemon's decide step (scaling/decide.py) on the modelled view, and its plan
+        carried out as act would: an order's nodes beyond the simulated cloud's capacity
+        (`[simulate] capacity`) fail, and its alternates take them as far as they go."""
         assert self.runner is not None
-        view = self._view(shadow)
-        result = self.runner.run(view)
-        if result.error:
+        decided = decide(self.settings, self.runner, self._view(shadow))
+        if decided.error:
             self.outcome.policy_errors += 1
-            self.outcome.last_policy_error = result.error
+            self.outcome.last_policy_error = decided.error
             return
-        plan = clamp(result.decision, view, self.settings)
-        for order in plan.launches:
-            for name in order.nodes:
-                self._launch(self._nodes[name], order.market)
-        for stop in plan.stops:
+        for order in decided.plan.launches:
+            missing = self._launch_order(order)
+            for alternate in order.alternates:
+                if not missing:
+                    break
+                retry = replace(alternate, nodes=alternate.nodes[:missing])
+                missing -= len(retry.nodes) - self._launch_order(retry)
+        self._settle_requests()
+        for stop in decided.plan.stops:
             node = self._nodes[stop.node]
             self._evict(node)  # the shipped policies stop idle nodes only; a custom one may not
             self._stop(node)
+
+    def _settle_requests(self) -> None:
+        """Jobs whose requested slots were all launched start when they join; a slot the
+        plan did not launch is powered down again and its job requeued (the daemon fails
+        it with the refusal's reason, Slurm requeues the job)."""
+        for index, job in list(self._requested.items()):
+            nodes = list(job.placed)
+            if any(n.state is NodeState.REQUESTED for n in nodes):
+                pool = self._pool(job.pool)
+                for node in nodes:
+                    if node.state is NodeState.REQUESTED:
+                        node.state = NodeState.POWERED_DOWN
+                        pool.active.pop(node, None)
+                        self._dirty.add(node)
+                self._evict_job(job, pool)
+            else:
+                self._begin(job, nodes)
+            del self._requested[index]
+
+    def _launch_order(self, order: LaunchOrder) -> int:
+        """Launch what the template's capacity allows; returns how many found none."""
+        pool = self._pool(order.template)
+        limit = self.sim.capacity.get(order.template)
+        up = sum(1 for n in pool.active if n.state is not NodeState.REQUESTED)
+        room = len(order.nodes) if limit is None else limit - up
+        started = order.nodes[: max(room, 0)]
+        for name in started:
+            self._launch(self._nodes[name], order.market)
+        failed = len(order.nodes) - len(started)
+        self.outcome.capacity_failures += failed
+        return failed
 
     def _view(self, shadow: float | None) -> ClusterView:
         for node in self._dirty:
@@ -474,7 +532,7 @@ class Replay:
         flags = {"CLOUD"} if cloud else set()
         if node.state is NodeState.POWERED_DOWN:
             flags.add("POWERED_DOWN")
-        elif node.state is NodeState.BOOTING:
+        elif node.state in (NodeState.BOOTING, NodeState.REQUESTED):
             flags.add("POWERING_UP")
         state = "IDLE" if node.empty else ("ALLOCATED" if not node.free_cpus else "MIXED")
         template = self.templates.get(node.pool)
@@ -489,19 +547,19 @@ class Replay:
             partitions=(template.partition if template else ONPREM,),
         )
         active = node.launched_at is not None
-        return NodeView(
+        record = NodeRecord(
             name=node.name,
             kind="cloud" if cloud else "onprem",
             state=node.state,
             template=node.pool if cloud else None,
-            slurm=slurm,
+            provider=template.provider if template else None,
             instance_id=f"sim-{node.name}-{node.generation}" if active else None,
             instance_type=template.instance_types[0] if template and active else None,
             market=node.market,
             launched_at=moment(node.launched_at),
-            idle_since=moment(node.idle_since) if node.empty else None,
-            jobs_end=moment(node.jobs_end),
         )
+        idle_since = moment(node.idle_since) if node.empty else None
+        return node_view(record, slurm, moment(node.jobs_end), idle_since)
 
     def _moment(self, at: float | None) -> datetime | None:
         return None if at is None else self.origin + timedelta(seconds=at)

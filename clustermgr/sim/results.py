@@ -43,6 +43,7 @@ class Outcome:
     lost_node_s: float = 0.0
     launches: int = 0
     reclaims: int = 0
+    capacity_failures: int = 0  # nodes the simulated cloud had no capacity for
     requeues: int = 0
     cloud_jobs: int = 0
     policy_errors: int = 0
@@ -108,6 +109,7 @@ class Outcome:
             cloud_utilisation=used_h / paid_h if paid_h else None,
             launches=self.launches,
             reclaims=self.reclaims,
+            capacity_failures=self.capacity_failures,
             requeues=self.requeues,
             policy_errors=self.policy_errors,
             last_policy_error=self.last_policy_error,
@@ -140,6 +142,7 @@ class Figures:
     cloud_utilisation: float | None
     launches: int
     reclaims: int
+    capacity_failures: int
     requeues: int
     policy_errors: int
     last_policy_error: str | None

@@ -99,6 +99,10 @@ def write_config(
     subnets: list[str],
     mode: str,
     boot_timeout_s: int,
+    b_provider: str = "aws1",
+    extra: str = "",
+    b_extra: str = "",
+    chain: str = '[{ name = "queue_depth" }]',
 ) -> Path:
     config = lab_dir / "clustermgr.toml"
     config.write_text(
@@ -128,9 +132,10 @@ memory_mb = 1000
 demand_mode = "{mode}"
 boot_timeout_s = {boot_timeout_s}
 fallback_templates = ["aws-b"]
+{extra.replace("@REGION@", fake.region).replace("@URL@", fake.url)}
 [[templates]]
 name = "aws-b"
-provider = "aws1"
+provider = "{b_provider}"
 partition = "gpu"
 nodes = "awsb-[1-2]"
 instance_types = ["g5.12xlarge"]
@@ -140,8 +145,9 @@ cpus = 2
 memory_mb = 1000
 demand_mode = "{mode}"
 boot_timeout_s = {boot_timeout_s}
+{b_extra}
 [policy]
-chain = [{{ name = "queue_depth" }}]
+chain = {chain}
 [daemon]
 state_dir = "{lab_dir / "state"}"
 heartbeat_stale_s = 3600
@@ -151,7 +157,9 @@ metrics_port = 0
     return config
 
 
-def make_lab(lab_dir: Path, mode: str, boot_timeout_s: int = 600) -> Iterator[AwsLab]:
+def make_lab(
+    lab_dir: Path, mode: str, boot_timeout_s: int = 600, **config: str
+) -> Iterator[AwsLab]:
     fake = FakeAws().start()
     hooks = {}
     for kind in HOOKS:
@@ -170,7 +178,7 @@ def make_lab(lab_dir: Path, mode: str, boot_timeout_s: int = 600) -> Iterator[Aw
                 "awsb-[1-2]",
                 cpus=2,
                 memory_mb=1000,
-                features=("aws1", fake.region, "aws-b"),
+                features=(config.get("b_provider", "aws1"), fake.region, "aws-b"),
                 weight=10,
             ),
         ],
@@ -206,8 +214,8 @@ def make_lab(lab_dir: Path, mode: str, boot_timeout_s: int = 600) -> Iterator[Aw
             ]["SubnetId"]
             for i, zone in enumerate(zones[:2], start=1)
         ]
-        config = write_config(lab_dir, slurm, fake, subnets, mode, boot_timeout_s)
-        lab = AwsLab(slurm, fake, lab_dir, config)
+        path = write_config(lab_dir, slurm, fake, subnets, mode, boot_timeout_s, **config)
+        lab = AwsLab(slurm, fake, lab_dir, path)
         assert lab.run("clustermgr", "db", "upgrade").returncode == 0
         assert lab.run("clustermgr", "nodes", "sync").returncode == 0
         first = lab.run("cm-scale", "--once")  # spool, heartbeat, the policy-mode hold
@@ -282,6 +290,71 @@ def test_no_capacity_in_a_template_falls_back_to_the_next_template(policy_lab: A
     assert history[-2]["reason"].startswith("(Code:CAPACITY)")
     assert history[-1]["new_state"] == "POWERED_DOWN"
     assert lab.job(job, "JobState") in ("CONFIGURING", "PENDING")
+
+
+SECOND_PROVIDER = """
+[[providers]]
+name = "aws2"
+type = "aws"
+region = "@REGION@"
+endpoint_url = "@URL@"
+retry_mode = "standard"
+max_instances = 1
+"""
+
+
+@pytest.fixture
+def capped_lab(lab_dir: Path) -> Iterator[AwsLab]:
+    """aws-b on a provider of its own (the same fake cloud) that allows one instance."""
+    yield from make_lab(lab_dir, "policy", b_provider="aws2", extra=SECOND_PROVIDER)
+
+
+def test_a_fallback_to_another_provider_stops_at_its_max_instances(capped_lab: AwsLab) -> None:
+    """Two nodes of aws-a find no capacity; aws-b, on a provider capped at one instance, takes
+    one of them: the other fails with why no fallback took it, and a refusal is recorded."""
+    lab = capped_lab
+    lab.fake.no_capacity_for(["p4d.24xlarge", "p4de.24xlarge"])  # every type of aws-a
+    lab.submit("-N", "2")
+    out = lab.once()
+    assert "launched 1" in out and "failed 2" in out, out
+    listed = json.loads(lab.run("clustermgr", "providers", "instances", "aws2", "--json").stdout)
+    assert [(i["template"], i["node"]) for i in listed] == [("aws-b", "awsb-1")]
+    assert slurm_reason(lab, "aws-1").startswith("(Code:CAPACITY)")
+    refused = slurm_reason(lab, "aws-2")
+    assert refused.startswith("(Code:CAPACITY)") and "fallback covers 1 of 2" in refused
+    cut = "fallback covers 1 of 2 nodes (aws-b: 1 of 2 nodes (max_instances of provider aws2))"
+    history = json.loads(lab.run("clustermgr", "nodes", "history", "aws-2", "--json").stdout)
+    assert history[-2]["new_state"] == "FAILED" and cut in history[-2]["reason"], history
+
+
+TEN = '"p4d.24xlarge" = { on_demand = 10.0 }'
+
+
+@pytest.fixture
+def budget_lab(lab_dir: Path) -> Iterator[AwsLab]:
+    """aws-a at $10/h, its fallback aws-b at $30/h, and a budget of $40/h."""
+    yield from make_lab(
+        lab_dir,
+        "policy",
+        extra=f"prices = {{ {TEN}, {TEN.replace('p4d', 'p4de')} }}",
+        b_extra='prices = { "g5.12xlarge" = { on_demand = 30.0 } }',
+        chain='[{ name = "queue_depth" }, { name = "budget_cap", options = { hourly = 40 } }]',
+    )
+
+
+def test_budget_cap_judges_a_launch_at_its_dearest_fallback(budget_lab: AwsLab) -> None:
+    """Two one-node jobs: two nodes of aws-a ($20/h) would fit the $40/h cap, but if the
+    cloud has no capacity they become two of aws-b ($60/h). The cap counts the dearer
+    price: one node is launched (here through the fallback) and one refused, with why."""
+    lab = budget_lab
+    lab.fake.no_capacity_for(["p4d.24xlarge", "p4de.24xlarge"])
+    lab.submit()
+    lab.submit()
+    out = lab.once()
+    assert "launched 1" in out and "failed 1" in out, out
+    assert [(i["template"], i["node"]) for i in lab.instances()] == [("aws-b", "awsb-1")]
+    plan = lab.run("clustermgr", "policy", "dry-run").stdout  # the refusal, as users see it
+    assert "budget_cap:" in plan and "nodes refused (cap $40.00/h; now $30.00/h" in plan, plan
 
 
 def slurm_reason(lab: AwsLab, node: str) -> str:

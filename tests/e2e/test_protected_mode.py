@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_aws_burst import AwsLab, make_lab
+from tests.e2e.test_aws_burst import AwsLab, make_lab, slurm_reason
 
 LIMIT = 2
 
@@ -27,6 +27,13 @@ def protect(lab: AwsLab) -> AwsLab:
 @pytest.fixture
 def broken_image_lab(lab_dir: Path) -> Iterator[AwsLab]:
     for lab in make_lab(lab_dir, "policy", boot_timeout_s=4):
+        yield protect(lab)
+
+
+@pytest.fixture
+def broken_image_batch_lab(lab_dir: Path) -> Iterator[AwsLab]:
+    """aws-a launches two nodes at a time (max_nodes) of its four slots."""
+    for lab in make_lab(lab_dir, "policy", boot_timeout_s=4, extra="max_nodes = 2"):
         yield protect(lab)
 
 
@@ -66,6 +73,28 @@ def test_instances_that_never_register_protect_the_template_after_one_batch(
     # at most the limit plus one batch was paid for, whatever the queue still asks for
     assert launched(lab) == 2 <= LIMIT + 2
     assert lab.instances() == []
+
+
+def test_the_cycle_that_fails_a_batch_protects_the_template_before_it_plans(
+    broken_image_batch_lab: AwsLab,
+) -> None:
+    """Issue 21: the cycle that judged the first batch's boot timeouts still launched a
+    second batch for the jobs left pending (protection was read from the cycle's starting
+    snapshot). Now the cycle's own failures count before the plan: one batch is all that is
+    paid for, and every held node of the template says why in Slurm."""
+    lab = broken_image_batch_lab
+    for _ in range(4):
+        lab.submit("-C", "aws-a")
+    assert "launched 2" in lab.once()
+    time.sleep(5)  # past the 4 s boot timeout
+    out = lab.once()
+    assert "launched 0" in out and "failed 2" in out, out
+    assert protected(lab) == {"aws-a"}
+    lab.once()
+    assert launched(lab) == 2
+    reasons = {node: slurm_reason(lab, node) for node in ("aws-1", "aws-2", "aws-3", "aws-4")}
+    held = "clustermgr: (Code:PROTECTED) 2 launch/boot failures in a row (last BOOT_TIMEOUT)"
+    assert all(r.startswith(held) for r in reasons.values()), reasons
 
 
 def test_slurm_mode_broken_image_pays_for_at_most_the_limit_plus_one_batch(

@@ -103,7 +103,7 @@ def test_a_node_whose_power_up_slurm_has_not_acted_on_is_not_asked_again() -> No
     from clustermgr.scaling.act import _powered_down, to_power_up
     from clustermgr.scaling.observe import Snapshot
     from clustermgr.workload.base import WorkloadSnapshot
-    from tests.unit.test_verdicts import NOW, SETTINGS
+    from tests.unit.test_verdicts import NOW
 
     hold = "clustermgr: held until a policy launches it"
     seen = {
@@ -116,7 +116,7 @@ def test_a_node_whose_power_up_slurm_has_not_acted_on_is_not_asked_again() -> No
         "g3": WorkloadNode("g3", "IDLE", frozenset({"CLOUD", "POWERING_UP", "NOT_RESPONDING"})),
     }
     v = view([slot(name, slurm=node) for name, node in seen.items()], [])
-    assert to_power_up(SETTINGS, v, sorted(seen)) == ["g2"]
+    assert to_power_up(v, sorted(seen)) == ["g2"]
     snapshot = Snapshot(now=NOW, workload=WorkloadSnapshot(NOW, seen), nodes={}, instances={})
     assert [n for n in sorted(seen) if _powered_down(snapshot, n)] == ["g2"]
 
@@ -130,3 +130,45 @@ def test_json_rows_list_every_job_id_the_table_shortens() -> None:
     (row,) = [r for r in plan_rows(plan) if r["action"] == "held"]
     assert row["jobs"] == [str(i) for i in range(10, 22)] and row["count"] == 12
     assert row["target"].endswith(f"(+{12 - SHOWN_JOBS} more)")
+
+
+def test_clamp_gives_each_launch_alternates_cut_to_every_limit() -> None:
+    """Capacity fallbacks are decided by clamp, not act: the fallback template's free slots
+    within its max_nodes and, on another provider, that provider's max_instances; the budget
+    sees the dearest alternate (`launch_price`). The dry run shows all of it."""
+    from clustermgr.cli.plan_output import plan_rows
+    from clustermgr.config import parse_settings
+    from clustermgr.policy.decision import Launch
+    from clustermgr.pricing import Price
+    from clustermgr.scaling.clamp import clamp
+
+    spare_price = {"g5.12xlarge": Price(50.0, 20.0)}
+    templates = {
+        "gpu": template(fallbacks=("spare",), instance_types=("p4d.24xlarge",)),
+        "spare": template(
+            "spare", provider="aws2", instance_types=("g5.12xlarge",), prices=spare_price
+        ),
+    }
+    slots = [slot(f"g{i}") for i in (1, 2, 3)]
+    slots += [slot(f"s{i}", template="spare") for i in (1, 2, 3)]
+    v = view(slots, [], templates=templates)
+    assert v.launch_price("gpu") == 50.0 and v.launch_price("spare") == 50.0
+    providers = [
+        {"name": "aws1", "type": "aws", "region": "us-east-1"},
+        {"name": "aws2", "type": "aws", "region": "us-east-1", "max_instances": 1},
+    ]
+    decision = ScaleDecision(launches=(Launch("gpu", 3, "queue_depth", jobs=("7",)),))
+    [order] = clamp(decision, v, parse_settings({"providers": providers})).launches
+    assert order.nodes == ("g1", "g2", "g3")
+    [alternate] = order.alternates
+    assert (alternate.template, alternate.nodes, alternate.jobs) == ("spare", ("s1",), ("7",))
+    assert order.cut == (
+        "fallback covers 1 of 3 nodes (spare: 1 of 3 nodes (max_instances of provider aws2))"
+    )
+    [row] = plan_rows(clamp(decision, v, parse_settings({"providers": providers})))
+    assert "; no capacity: spare [s1]; fallback covers 1 of 3 nodes" in row["reason"]
+    blocked = dict(templates, spare=replace(templates["spare"], protected="(Code:PROTECTED) x"))
+    v = view(slots, [], templates=blocked)
+    [order] = clamp(decision, v, parse_settings({"providers": providers})).launches
+    assert order.alternates == () and "spare: (Code:PROTECTED) x" in order.cut
+    assert v.launch_price("gpu") == 30.0  # a protected fallback launches nothing

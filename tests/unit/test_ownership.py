@@ -26,9 +26,10 @@ from clustermgr.providers.base import (
 )
 from clustermgr.scaling.actor import Actor
 from clustermgr.scaling.clamp import LaunchOrder
-from clustermgr.scaling.observe import Snapshot, read_ownership
+from clustermgr.scaling.observe import Snapshot, read_ownership, template_views
 from clustermgr.scaling.ownership import printable, sweep
 from clustermgr.scaling.reconcile import reconcile
+from clustermgr.scaling.specs import LaunchSpecs
 from clustermgr.scaling.verdicts import Verdict
 from clustermgr.workload.base import WorkloadSnapshot
 from clustermgr.workload.slurm import SlurmCli
@@ -155,7 +156,8 @@ def database(tmp_path: Path) -> Database:
 
 def actor(database: Database, clock: list[datetime]) -> Actor:
     workload = SlurmCli(SETTINGS.slurm.bin_dir, SETTINGS.slurm.command_timeout_s)  # never called
-    return Actor(SETTINGS, database, workload, {}, lambda: clock[0])
+    specs = LaunchSpecs(SETTINGS, lambda: clock[0])
+    return Actor(template_views(SETTINGS), database, workload, {}, lambda: clock[0], specs)
 
 
 def ownership_of(database: Database, listed: dict[str, dict[str, CloudInstance]]) -> Ownership:

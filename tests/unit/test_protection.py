@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from clustermgr.config import Settings, parse_settings
 from clustermgr.policy.decision import Launch, ScaleDecision
 from clustermgr.scaling.clamp import clamp
-from clustermgr.scaling.protection import judge
+from clustermgr.scaling.protection import judge, with_this_cycle
 from tests.unit.test_policies import slot, template, view
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -66,3 +66,33 @@ def test_a_busy_cloud_backs_off_doubling_per_launch_up_to_the_max() -> None:
     assert judge_backoff(batch, conf, NOW) is None  # one launch of three nodes: 30 s
     off = parse_settings({"daemon": {"launch_backoff_s": 0}})
     assert judge_backoff(busy(1), off, NOW) is None
+
+
+def test_failures_judged_this_cycle_protect_before_the_plan() -> None:
+    """The cycle that judges a batch's boot timeouts counts them before it plans (issue 21):
+    two on the database's one reach the limit of three now, not a cycle later; a node that
+    registered this cycle starts the count again."""
+    config = parse_settings(
+        {
+            "daemon": {"protect_after_failures": 3, "protect_backoff_s": 600},
+            "providers": [{"name": "aws1", "type": "aws", "region": "us-east-1"}],
+            "templates": [
+                {
+                    "name": "gpu",
+                    "provider": "aws1",
+                    "partition": "cloud",
+                    "nodes": "g[1-4]",
+                    "instance_types": ["p4d.24xlarge"],
+                    "image": "ami-1",
+                    "cpus": 8,
+                    "memory_mb": 1000,
+                }
+            ],
+        }
+    )
+    health = {"gpu": judge("gpu", failures(1), config, NOW)}
+    assert with_this_cycle(health, {}, set(), config, NOW) == {}
+    now = with_this_cycle(health, {"gpu": ["BOOT_TIMEOUT"] * 2}, set(), config, NOW)
+    assert now["gpu"].startswith("(Code:PROTECTED) 3 launch/boot failures in a row")
+    assert with_this_cycle(health, {"gpu": ["CAPACITY"] * 2}, set(), config, NOW) == {}
+    assert with_this_cycle(health, {"gpu": ["BOOT_TIMEOUT"] * 2}, {"gpu"}, config, NOW) == {}

@@ -22,6 +22,8 @@ def settings(**simulate: Any) -> Settings:
     chain = simulate.pop("chain", None)
     market = simulate.pop("market", "on-demand")
     gpus = simulate.pop("gpus", 0)
+    fallback = simulate.pop("fallback", None)  # a fallback template of this max_nodes
+    mode = simulate.pop("demand_mode", "policy")
     template: dict[str, Any] = {
         "name": "burst",
         "provider": "aws",
@@ -32,14 +34,22 @@ def settings(**simulate: Any) -> Settings:
         "cpus": 8,
         "memory_mb": 32000,
         "market": market,
+        "demand_mode": mode,
         "prices": {"m5.large": {"on_demand": PRICE, "spot": PRICE / 4}},
     }
     if gpus:
         template.update(gpus=gpus, gpu_model="a100")
+    templates = [template]
+    if fallback is not None:
+        template["fallback_templates"] = ["spare"]
+        templates.append(
+            {**template, "name": "spare", "nodes": "spare-[1-5]", "max_nodes": fallback}
+        )
+        del templates[1]["fallback_templates"]
     return parse_settings(
         {
             "providers": [{"name": "aws", "type": "aws", "region": "us-east-1"}],
-            "templates": [template],
+            "templates": templates,
             "policy": {
                 "chain": chain
                 if chain is not None
@@ -222,3 +232,31 @@ def test_onprem_power_saving_powers_idle_nodes_off_and_on_for_jobs() -> None:
     assert figures.energy_saved_kwh == pytest.approx(2 * 9700 / 3600)
     floor, sim = replay(settings(**power, onprem_keep_on=1), "static", 2, *jobs)
     assert starts(sim)["j2"] == 0 and floor.onprem_power_ons == 0  # one node always on
+
+
+def test_a_template_without_capacity_falls_back_as_the_daemon_does() -> None:
+    """The replay runs the daemon's decide step, capacity alternates included: `burst` has
+    room for one instance in the simulated cloud, so of three nodes launched for three
+    jobs one starts there and two on its fallback template `spare` (max_nodes 2)."""
+    config = settings(capacity={"burst": 1}, fallback=2)
+    busy = job(0, 0, 7200)  # on-prem is busy: the three jobs burst
+    figures, sim = replay(config, "default", 1, busy, *(job(i, 10, 3600) for i in (1, 2, 3)))
+    assert figures.capacity_failures == 2
+    assert figures.launches == 3 and figures.completed == 4
+    placed = {j.job_id: j.pool for j in sim.jobs}
+    assert sorted(placed[f"j{i}"] for i in (1, 2, 3)) == ["burst", "spare", "spare"]
+    assert [starts(sim)[f"j{i}"] for i in (1, 2, 3)] == [600, 600, 600]
+
+
+def test_slurm_mode_slots_are_launched_from_slurms_resume_requests() -> None:
+    """A slurm-mode template under a chain with no demand policy: Slurm resumes slots for
+    the jobs itself, and the daemon's decide step launches what it asked for (the resume
+    requests are the first demand); the jobs start once the nodes have booted."""
+    config = settings(demand_mode="slurm", chain=[{"name": "idle_timeout"}])
+    busy = job(0, 0, 7200)
+    figures, sim = replay(config, "default", 1, busy, job(1, 10, 3600), job(2, 10, 3600))
+    assert figures.launches == 2 and figures.completed == 3 and figures.requeues == 0
+    assert [starts(sim)[j] for j in ("j1", "j2")] == [600, 600]
+    policy_mode = settings(chain=[{"name": "idle_timeout"}])  # nothing asks: nothing bursts
+    figures, _ = replay(policy_mode, "default", 1, busy, job(1, 10, 3600))
+    assert figures.launches == 0 and figures.cloud_jobs == 0

@@ -1,0 +1,62 @@
+"""The decide step, one function for cm-scale and `clustermgr simulate`: the view (the
+snapshot with this cycle's verdicts applied, protection counted) -> Slurm's resume requests
+as the first demand -> the policy chain -> clamp (limits, capacity alternates) -> every
+pending job accounted for. No I/O: the engine acts on the plan, the simulator models it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from clustermgr.config import Settings
+from clustermgr.lifecycle import NodeState
+from clustermgr.policy.chain import PolicyRunner
+from clustermgr.policy.decision import Launch, ScaleDecision
+from clustermgr.policy.view import ClusterView
+from clustermgr.scaling.accounting import account_jobs
+from clustermgr.scaling.clamp import Plan, clamp
+from clustermgr.scaling.directors import with_waits
+from clustermgr.scaling.observe import Snapshot
+from clustermgr.scaling.projection import build_view
+from clustermgr.scaling.reconcile import Judgment, reconcile
+
+
+@dataclass
+class Decided:
+    view: ClusterView  # with `proposed` set to the resume requests
+    plan: Plan = field(default_factory=Plan)
+    error: str | None = None  # the policy chain failed: no plan this cycle
+
+
+def judge(settings: Settings, snapshot: Snapshot) -> tuple[Judgment, ClusterView]:
+    """Snapshot -> verdicts -> the view policies see (this cycle's failures counted toward
+    protection, directors' waits applied)."""
+    judgment = reconcile(settings, snapshot, settings.daemon.orphan_grace_s)
+    view = with_waits(build_view(settings, snapshot, judgment), snapshot.director_waits)
+    return judgment, view
+
+
+def decide(settings: Settings, runner: PolicyRunner, view: ClusterView) -> Decided:
+    """View -> resume requests -> chain -> clamp -> job accounting."""
+    view = view.with_proposed(initial_decision(view))
+    result = runner.run(view)
+    if result.error:
+        return Decided(view, error=result.error)
+    plan = clamp(result.decision, view, settings)
+    plan.jobs = account_jobs(view, result.decision, plan)
+    return Decided(view, plan)
+
+
+def initial_decision(view: ClusterView) -> ScaleDecision:
+    """Slurm's resume requests (and slots still REQUESTED from an earlier cycle) are demand
+    before any policy speaks."""
+    by_template: dict[str, list[str]] = {}
+    for node in sorted(view.burst_nodes(NodeState.REQUESTED), key=lambda n: n.name):
+        if node.template:
+            by_template.setdefault(node.template, []).append(node.name)
+    launches = []
+    for template, names in sorted(by_template.items()):
+        jobs = sorted({j for n in names for j in view.resume_requests.get(n, ())})
+        reason = "Slurm resume request" + (f" for jobs {','.join(jobs)}" if jobs else "")
+        launches.append(Launch(template, len(names), reason, jobs=tuple(jobs), nodes=tuple(names)))
+    return ScaleDecision(launches=tuple(launches))

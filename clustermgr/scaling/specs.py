@@ -1,0 +1,57 @@
+"""What a launch asks a cloud for: the template's settings, the user-data with slurmctld's
+version (from the cycle's snapshot) and a one-time munge-key token for the request.
+
+Built by the engine from the configuration and handed to the actor, so act reads nothing
+but the view and the plan (the token is a secret: it lives only in the user-data).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from clustermgr.bootstrap import KeyFetch, render_user_data
+from clustermgr.config import Settings
+from clustermgr.mungekey import launch_key_fetch
+from clustermgr.providers.base import LaunchSpec
+from clustermgr.scaling.clamp import LaunchOrder
+
+
+class LaunchSpecs:
+    def __init__(
+        self, settings: Settings, clock: Callable[[], datetime], controller_version: str = ""
+    ):
+        self.settings = settings
+        self.clock = clock
+        self.controller_version = controller_version
+
+    def __call__(self, order: LaunchOrder) -> LaunchSpec:
+        template = self.settings.template(order.template)
+        return LaunchSpec(
+            template=template.name,
+            instance_types=tuple(template.instance_types),
+            image=template.image,
+            node_names=order.nodes,
+            zones=tuple(template.zones),
+            subnets=tuple(template.subnets),
+            security_groups=tuple(template.security_groups),
+            market="spot" if order.market == "spot" else "on-demand",
+            max_spot_price=template.max_spot_price,
+            user_data=render_user_data(
+                self.settings, template, self.controller_version, self.key_fetch(order)
+            ),
+            tags={},
+            instance_profile=template.instance_profile,
+            placement_group=template.placement_group,
+            key_name=template.key_name,
+            network=template.network,
+            root_volume_gb=template.volume_size_gb,
+        )
+
+    def key_fetch(self, order: LaunchOrder) -> KeyFetch:
+        """A one-time munge-key token for this request, redeemable by each of its instances
+        within the template's boot window (clustermgr.mungekey)."""
+        template = self.settings.template(order.template)
+        return launch_key_fetch(
+            self.settings, order.request_id, len(order.nodes), template.boot_timeout_s, self.clock()
+        )
