@@ -175,7 +175,9 @@ def test_a_request_swapped_under_the_daemon_is_never_followed_nor_blocks_it(
     blocks, nothing is followed, the last entry is judged like any other."""
     secret_before = secret.stat()
     cycles_before = lab.cycles()
-    racer = as_user(accounts.slurm.name, [sys.executable, "-c", RACE, str(lab.spool), "4", str(secret)])
+    racer = as_user(
+        accounts.slurm.name, [sys.executable, "-c", RACE, str(lab.spool), "4", str(secret)]
+    )
     assert racer.returncode == 0, racer.stderr
     assert int(racer.stdout) > 100, racer.stdout  # it really raced
     assert lab.cycles() >= cycles_before + 2, lab.output()[-2000:]  # cycles went on meanwhile
