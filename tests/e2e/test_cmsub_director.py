@@ -3,9 +3,12 @@ provider whose lab director (slapd + `rsync --daemon` in its namespace, launched
 cm-scale) serves the per-user staging module, and burst nodes that see the director's
 staging root at `node_root` (the lab shares one filesystem).
 
-An ordinary user with no access to the database submits a chain with cmsub; cm-scale
-brings the director up before any burst node (the region's jobs wait for it); the
-stage-in job on a burst node sends the tree to `rsync://USER@<director>:873/
+An ordinary user with no access to the database submits a chain with cmsub. The stage-in
+first runs on an always-up data mover (the head; its Slurm job held meanwhile): with no
+director yet it waits, `waiting for director …` in `cmsub --status`, and cm-scale brings
+the director up for that demand alone (no burst node is launched), then it runs. Released,
+the Slurm chain runs on a burst node: the stage-in job resumes (nothing sent again) and
+sends the tree to `rsync://USER@<director>:873/
 clustermgr-staging/<stage_id>` with the password the staging service handed it; the job
 reads the staged tree on a burst node; the stage-out brings the results back; every file's
 sha256 is compared. The staging service runs as cm-scale's thread would (the lab drives
@@ -16,19 +19,24 @@ cycles with `cm-scale --once`). Run it as root on a machine with Slurm, slapd an
 
 from __future__ import annotations
 
+import grp
 import hashlib
 import json
 import os
 import stat
+import subprocess
 import sys
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 
 from clustermgr.config import load_settings
+from clustermgr.db.engine import Database
 from clustermgr.providers.local import net
 from clustermgr.staging import rsyncd_auth
+from clustermgr.staging.director import staging_demand
 from tests.conftest import cannot_run
 from tests.e2e.test_cmsub import (
     BIN,
@@ -111,6 +119,28 @@ def test_user(lab_dir: Path) -> Iterator[User]:
     yield from unprivileged_user(lab_dir)
 
 
+def start_as_user(burst: BurstLab, user: User, *argv: str) -> subprocess.Popen[str]:
+    group = grp.getgrgid(user.gid).gr_name
+    full = ["setpriv", f"--reuid={user.name}", f"--regid={group}", "--init-groups", *argv]
+    return subprocess.Popen(
+        full,
+        cwd=user.home,
+        env=burst.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(done: Callable[[], bool], timeout_s: float = 60) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if done():
+            return True
+        time.sleep(0.5)
+    return False
+
+
 def sha256_tree(tree: Path) -> dict[str, str]:
     return {
         str(p.relative_to(tree)): hashlib.sha256(p.read_bytes()).hexdigest()
@@ -127,8 +157,8 @@ def test_a_tree_goes_in_and_back_through_the_lab_director(
     script = test_user.home / "job.sh"
     script.write_text(JOB)
     os.chown(script, test_user.uid, test_user.gid)
-    database = burst.db_url.removeprefix("sqlite:///")
-    probe = f"import sqlite3; sqlite3.connect({database!r}).execute('select 1')"
+    db_file = burst.db_url.removeprefix("sqlite:///")
+    probe = f"import sqlite3; sqlite3.connect({db_file!r}).execute('select 1')"
     opened = as_user(burst, test_user, sys.executable, "-c", probe)
     assert opened.returncode != 0  # no access to the database at all
     done = as_user(burst, test_user, str(BIN / "cmsub"), "--json", "job.sh", check=True)
@@ -138,6 +168,35 @@ def test_a_tree_goes_in_and_back_through_the_lab_director(
     home = staging_root / TEST_USER
     assert (home.stat().st_uid, stat.S_IMODE(home.stat().st_mode)) == (test_user.uid, 0o700)
     ids = [chain["stage_in_job"], chain["job"], chain["stage_out_job"]]
+
+    # a data mover that is always up (here: the head) runs the stage-in before any cycle
+    # (its Slurm job held meanwhile, so no burst job asks for the region): no director yet,
+    # so the transfer waits, visibly, and its region is the director lifecycle's demand
+    burst.slurm("scontrol", "hold", chain["stage_in_job"])
+    stage_in = f"--transfer={status(burst, test_user, chain['job'])[0]['id']}"
+    mover = start_as_user(burst, test_user, str(BIN / "cmsub-transfer"), stage_in)
+    try:
+        waiting = wait_for(lambda: status(burst, test_user, chain["job"])[0]["state"] == "waiting")
+        assert waiting, status(burst, test_user, chain["job"])
+        row = status(burst, test_user, chain["job"])[0]
+        assert str(row["error"]).startswith("waiting for director director-local-here")
+        settings = load_settings(burst.config_path)
+        database = Database(burst.db_url)
+        try:
+            assert staging_demand(settings, database) == {"local"}  # the lifecycle's demand
+        finally:
+            database.dispose()
+        burst.run_until(lambda: mover.poll() is not None, timeout_s=200, pause_s=2)
+        out, err = mover.communicate(timeout=30)
+    finally:
+        if mover.poll() is None:
+            mover.kill()
+            mover.communicate()
+    assert mover.returncode == 0, err
+    assert "waiting for director director-local-here" in out and "all verified" in out
+    burst_nodes = [i for i in burst.instances() if i["template"] == "local-gpu"]
+    assert burst_nodes == []  # the director came up for the waiting transfer alone
+    burst.slurm("scontrol", "release", chain["stage_in_job"])
 
     burst.run_until(lambda: finished(burst, ids), timeout_s=400, pause_s=2)
     assert [burst.job_field(j, "JobState") for j in ids] == ["COMPLETED"] * 3, burst.diagnosis()
@@ -149,6 +208,7 @@ def test_a_tree_goes_in_and_back_through_the_lab_director(
     assert all(p.stat().st_uid == test_user.uid for p in results.rglob("*"))
     rows = status(burst, test_user, chain["job"])
     assert [(r["direction"], r["state"]) for r in rows] == [("in", "done"), ("out", "done")]
+    assert rows[0]["files_done"] == 0  # the Slurm stage-in found it all there: nothing resent
     assert f"rsync://{TEST_USER}@{{director}}:873/clustermgr-staging/{stage_id}" in {
         r["stage_dir"] for r in rows
     }
