@@ -125,6 +125,11 @@ class StagingRegionSettings(StrictModel):
 
     @model_validator(mode="after")
     def _daemon_needs_secrets(self) -> StagingRegionSettings:
+        if "::" in self.rsync_target:
+            raise ValueError(
+                "rsync_target: write a daemon as rsync://HOST[:PORT]/MODULE (a transfer "
+                "reaches it as rsync://USER@HOST:PORT/MODULE)"
+            )
         if self.rsync_target.startswith("rsync://") and self.rsyncd_secrets is None:
             raise ValueError(
                 "an rsync:// rsync_target needs rsyncd_secrets (where the staging service "

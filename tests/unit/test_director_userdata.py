@@ -151,3 +151,5 @@ def test_a_lab_director_serves_the_staging_module_its_region_names(tmp_path: Pat
 def test_a_daemon_staging_target_without_a_secrets_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="needs rsyncd_secrets"):
         settings(tmp_path, staging={"rsync_target": "rsync://h/m"})
+    with pytest.raises(ConfigError, match="write a daemon as rsync://"):
+        settings(tmp_path, staging={"rsync_target": "h::m", "rsyncd_secrets": "/s"})
