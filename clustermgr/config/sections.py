@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field, field_validator, model_validator
 
 from clustermgr.config.base import NAME_PATTERN, StrictModel, slurm_conf_path, slurm_name
 from clustermgr.errors import ConfigError
@@ -126,6 +126,25 @@ class StagingRegionSettings(StrictModel):
     s3_prefix: str = "cmsub"
     s3_endpoint_url: str | None = None  # default: the provider's endpoint_url
     s3_role_arn: str = ""  # the role the service assumes to mint users' S3 credentials
+    # an rsync:// target's per-user credentials: the file (root 0600) the staging service
+    # writes `user:password` lines into, the director's `secrets file` (docs/staging.md)
+    rsyncd_secrets: Path | None = None
+
+    @model_validator(mode="after")
+    def _daemon_needs_secrets(self) -> StagingRegionSettings:
+        if "::" in self.rsync_target:
+            raise ValueError(
+                "rsync_target: write a daemon as rsync://HOST[:PORT]/MODULE (a transfer "
+                "reaches it as rsync://USER@HOST:PORT/MODULE)"
+            )
+        if self.rsync_target.startswith("rsync://") and self.rsyncd_secrets is None:
+            raise ValueError(
+                "an rsync:// rsync_target needs rsyncd_secrets (where the staging service "
+                "writes the users' rsync passwords, docs/staging.md)"
+            )
+        if self.rsyncd_secrets is not None and not self.rsyncd_secrets.is_absolute():
+            raise ValueError("rsyncd_secrets: an absolute path")
+        return self
 
     @field_validator("partition")
     @classmethod

@@ -6,8 +6,11 @@ port and password *file*, the rsync module and port, the region's subnet). A dir
 holds the munge key: burst nodes get it from cm-scale's key server (clustermgr.mungekey).
 Without a user_data_file, a local provider's director gets the lab director's
 `#clustermgr-director` facts (providers/local/director.py) built from [ldap] and [images],
-so the defaults work end to end; a cloud director gets none (its machine image sets up slapd
-and the rsync daemon). Secrets travel as file paths only, never as values.
+so the defaults work end to end (with cmsub's staging module when the provider's
+[[staging.regions]] rsync_target is the director's daemon: its module, `node_root` as the
+staging root, `rsyncd_secrets`); a cloud director gets none (its machine image sets up
+slapd and the rsync daemon, docs/staging.md). Secrets travel as file paths only, never as
+values.
 """
 
 from __future__ import annotations
@@ -40,6 +43,10 @@ class DirectorFacts:
     ldap_port: str
     rsync_module: str  # [images] rsync_module: where clustermgr syncs the images
     rsync_port: str
+    # cmsub's staging module, from the provider's [[staging.regions]] (an rsync:// target):
+    staging_module: str  # the module its rsync_target names
+    staging_root: str  # its node_root: the users' areas, <staging_root>/<user>
+    rsyncd_secrets: str  # the secrets file the staging service writes (a path, never values)
 
 
 def director_facts(settings: Settings, spec: DirectorSettings, name: str) -> DirectorFacts:
@@ -55,6 +62,7 @@ def director_facts(settings: Settings, spec: DirectorSettings, name: str) -> Dir
         creds = ldap.replica.credentials
         if creds.source == "password_file" and creds.secret_file:
             password_file = str(creds.secret_file)
+    module, root, secrets = staging_facts(settings, provider.name)
     return DirectorFacts(
         cluster=settings.cluster.name,
         director=name,
@@ -68,7 +76,23 @@ def director_facts(settings: Settings, spec: DirectorSettings, name: str) -> Dir
         ldap_port=port,
         rsync_module=settings.images.rsync_module,
         rsync_port=str(settings.images.rsync_port),
+        staging_module=module,
+        staging_root=root,
+        rsyncd_secrets=secrets,
     )
+
+
+def staging_facts(settings: Settings, provider: str) -> tuple[str, str, str]:
+    """(module, staging root, secrets file) of the provider's [[staging.regions]] entry
+    whose rsync_target is a director's daemon; empty strings when there is none."""
+    for region in settings.staging.regions:
+        target = region.rsync_target
+        if region.provider != provider or not target.startswith("rsync://"):
+            continue
+        module = target.removeprefix("rsync://").partition("/")[2].partition("/")[0]
+        secrets = str(region.rsyncd_secrets or "")
+        return module, region.node_root, secrets
+    return "", "", ""
 
 
 def render_user_data(settings: Settings, spec: DirectorSettings, name: str) -> str:
@@ -119,4 +143,10 @@ def lab_director_facts(facts: DirectorFacts) -> str:
     if facts.ldap_port:
         lines.append(f"ldap_port = {facts.ldap_port}")
     lines.append(f"rsync_port = {facts.rsync_port}")
+    if facts.staging_root and facts.rsyncd_secrets:
+        lines += [
+            f"staging_module = {json.dumps(facts.staging_module)}",
+            f"staging_root = {json.dumps(facts.staging_root)}",
+            f"rsyncd_secrets = {json.dumps(facts.rsyncd_secrets)}",
+        ]
     return "\n".join(lines) + "\n"

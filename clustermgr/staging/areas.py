@@ -13,16 +13,19 @@ import stat
 from pathlib import Path, PurePosixPath
 
 from clustermgr.errors import StagingError
+from clustermgr.staging import rsyncd_auth
 from clustermgr.staging.rsync_transport import is_url
 
 
 def user_root(root: str, user: str) -> str:
-    return f"{root.rstrip('/')}/{user}"
+    """`<root>/<user>`; on an rsync daemon, the staging module reached as the user
+    (`rsync://user@host:port/module`, which the daemon maps to its `<root>/<user>`)."""
+    return rsyncd_auth.user_root(root, user)
 
 
 def ensure_user_root(root: str, user: str, uid: int, gid: int) -> None:
     """As root: `<root>/<user>` exists, is a real directory owned by uid, mode 0700.
-    An rsync daemon URL is the daemon's to guard (its module's own auth), not ours."""
+    An rsync daemon URL is the daemon's to guard (its module's per-user auth), not ours."""
     if is_url(root):
         return
     base = Path(root)

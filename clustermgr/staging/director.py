@@ -15,6 +15,7 @@ from clustermgr.db.engine import Database
 from clustermgr.db.models import Transfer
 from clustermgr.directors.state import SERVING, DirectorState, director_name, find
 from clustermgr.errors import StagingError
+from clustermgr.staging.rsyncd_auth import without_user
 
 PLACEHOLDER = "{director}"
 WAITING = "waiting"
@@ -28,6 +29,7 @@ class Reach:
     director: str  # the director's name ("" for an area without {director})
     state: str
     ready: bool
+    address: str = ""  # what replaced {director}
 
     def waiting_line(self) -> str:
         return (
@@ -37,11 +39,13 @@ class Reach:
 
 
 def region_of(settings: Settings, area: str) -> StagingRegionSettings | None:
+    """The region whose rsync_target holds `area` (a daemon area's `user@` aside)."""
+    plain = without_user(area)
     return next(
         (
             r
             for r in settings.staging.regions
-            if r.rsync_target and area.startswith(r.rsync_target.rstrip("/") + "/")
+            if r.rsync_target and plain.startswith(without_user(r.rsync_target).rstrip("/") + "/")
         ),
         None,
     )
@@ -61,7 +65,7 @@ def reach(settings: Settings, database: Database, area: str) -> Reach:
         address = director.private_address if director else None
     if director is None or DirectorState(state) not in SERVING or not address:
         return Reach(area, name, state, False)
-    return Reach(area.replace(PLACEHOLDER, address), name, state, True)
+    return Reach(area.replace(PLACEHOLDER, address), name, state, True, address)
 
 
 def resolve(settings: Settings, database: Database, area: str) -> str:

@@ -36,6 +36,7 @@ from clustermgr.staging import (
     director,
     records,
     rsync_transport,
+    rsyncd_auth,
     s3_access,
     s3_transport,
 )
@@ -224,6 +225,7 @@ class Ledger:
         area, job_dir = locate(region, transport, who.name, stage_id)
         if transport == "rsync":
             areas.ensure_user_root(region.rsync_target, who.name, who.uid, who.gid)
+            self._daemon_password(region, who)  # the director knows the user before the job
         with self.database.session() as session:
             try:
                 check_quota(
@@ -373,6 +375,7 @@ class Ledger:
             plan["s3"] = self._s3_access(region, who)
         if plan["transport"] == "rsync":
             areas.ensure_user_root(root, who.name, who.uid, who.gid)  # again: swapped since?
+            secret = self._daemon_password(region, who)
             found = director.reach(self.settings, self.database, plan["area"])
             if not found.ready:  # its region's director is demand now: cm-scale brings it up
                 with self.database.session() as session:
@@ -380,6 +383,8 @@ class Ledger:
                     row.state, row.error = director.WAITING, found.waiting_line()
                 return {"wait": found.waiting_line()}
             plan["area"], plan["root"] = self._reachable(plan["area"], found, root)
+            if secret:
+                plan["rsync_password"] = secret  # the caller's own; in this answer only
         with self.database.session() as session:
             row = self._owned(session, who, args.get("transfer"))
             row.state = "running"
@@ -414,6 +419,19 @@ class Ledger:
                         other.error = f"stage-in failed: {error}"[:2000]
         clean = self._to_clean(who) if error is None and direction == "out" else []
         return {"cancel": to_cancel, "clean": clean}
+
+    def _daemon_password(self, region: StagingRegionSettings, who: Account) -> str:
+        """For a region staging on a director's rsync daemon: the caller's password, their
+        line in the region's secrets file, and (a local provider's lab director, on this
+        machine) their `<node_root>/<user>`, 0700, theirs. "" for a local directory."""
+        if not rsyncd_auth.is_daemon_url(region.rsync_target) or region.rsyncd_secrets is None:
+            return ""
+        key = rsyncd_auth.staging_key(self.settings.daemon.state_dir)
+        secret = rsyncd_auth.grant(region.rsyncd_secrets, key, who.name)
+        provider = self.settings.provider(region.provider)
+        if provider.type == "local" and region.node_root:
+            areas.ensure_user_root(region.node_root, who.name, who.uid, who.gid)
+        return secret
 
     def _s3_access(self, region: StagingRegionSettings, who: Account) -> dict[str, Any]:
         """Temporary credentials for the caller's own prefix (never the provider's keys)."""
@@ -466,10 +484,10 @@ class Ledger:
 
     @staticmethod
     def _reachable(area: str, found: director.Reach, root: str) -> tuple[str, str]:
-        """The area and its root (a prefix of `area`), `{director}` replaced by the READY
-        director's address (`found`)."""
-        suffix = len(area) - len(root)
-        return found.area, found.area[: len(found.area) - suffix]
+        """The area and its root, `{director}` replaced by the READY director's address."""
+        if not found.address:
+            return found.area, root
+        return found.area, root.replace(director.PLACEHOLDER, found.address)
 
     def cleaned(self, who: Account, args: dict[str, Any]) -> dict[str, Any]:
         stage_ids = args.get("stage_ids")

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from clustermgr.errors import StagingError
-from clustermgr.staging import manifest
+from clustermgr.staging import manifest, rsyncd_auth
 from clustermgr.staging.checks import META_DIR, StageIn, StageOut, inside
 from clustermgr.staging.manifest import FileEntry
 from clustermgr.staging.progress import Progress
@@ -63,7 +63,8 @@ def is_url(target: str) -> bool:
 
 
 def area_of(root: str, user: str, stage_id: str) -> str:
-    return f"{root.rstrip('/')}/{user}/{stage_id}"
+    """`<root>/<user>/<stage_id>`, or `rsync://user@host:port/module/<stage_id>`."""
+    return f"{rsyncd_auth.user_root(root, user)}/{stage_id}"
 
 
 def _decode(name: str) -> str:

@@ -22,7 +22,7 @@ from typing import Any
 
 from clustermgr.config import Settings
 from clustermgr.errors import ClusterMgrError, StagingError
-from clustermgr.staging import areas, chain, client, rsync_transport, s3_transport
+from clustermgr.staging import areas, chain, client, rsync_transport, rsyncd_auth, s3_transport
 from clustermgr.staging.checks import StageIn, StageOut, area_path, check_links
 from clustermgr.staging.manifest import FileEntry
 from clustermgr.staging.progress import Progress
@@ -152,8 +152,14 @@ def _plan(settings: Settings, transfer_id: int, progress: Progress) -> dict[str,
 
 
 def run(settings: Settings, transfer_id: int, progress: Progress) -> Report:
-    staging = settings.staging
     plan = _plan(settings, transfer_id, progress)
+    # a director's rsync daemon: this user's password, to rsync by its environment only
+    with rsyncd_auth.password_in_env(str(plan.pop("rsync_password", "") or "")):
+        return _run_planned(settings, plan, progress)
+
+
+def _run_planned(settings: Settings, plan: dict[str, Any], progress: Progress) -> Report:
+    staging = settings.staging
     job = job_of(plan)
     try:
         _check_area(job)

@@ -7,12 +7,14 @@ reason in `cmsub --status`, and submitting again resumes the transfer in the sam
 The lab has no separate data-mover nodes: the transfer jobs run on the cloud partition
 (burst nodes share the head's filesystem here, as a data mover mounts it, and reach
 cm-scale's staging socket through it). The staging area is a local directory that the
-burst nodes see at the same path (`node_root`); the rsync daemon and s3 transports are
-covered by tests/integration/test_staging_*.py. The user has no access to the database.
+burst nodes see at the same path (`node_root`); staging through the region's director
+(its per-user rsync module) is tests/e2e/test_cmsub_director.py, the s3 transport
+tests/integration/test_staging_s3.py. The user has no access to the database.
 """
 
 from __future__ import annotations
 
+import contextlib
 import grp
 import hashlib
 import json
@@ -46,6 +48,10 @@ class User:
 
 @pytest.fixture
 def test_user(lab_dir: Path) -> Iterator[User]:
+    yield from unprivileged_user(lab_dir)
+
+
+def unprivileged_user(lab_dir: Path) -> Iterator[User]:
     """An unprivileged user (created with useradd when missing, removed afterwards)."""
     created = False
     try:
@@ -93,23 +99,27 @@ node_root = "{staging}"
 """,
     )
     burst = BurstLab(lab_dir, spec)
-    service: StagingService | None = None
-    database: Database | None = None
     try:
         burst.start()
         (state / "clustermgr.db").chmod(0o600)
-        # cm-scale's staging service, as a running daemon has it (the lab runs cycles with
-        # `cm-scale --once`, which exits: the thread runs here for the test's length)
-        database = Database(burst.db_url)
-        service = StagingService(load_settings(burst.config_path), database)
-        service.start()
-        yield burst
+        with staging_service(burst):
+            yield burst
     finally:
-        if service is not None:
-            service.stop()
-        if database is not None:
-            database.dispose()
         burst.stop()
+
+
+@contextlib.contextmanager
+def staging_service(burst: BurstLab) -> Iterator[None]:
+    """cm-scale's staging service, as a running daemon has it (the lab runs cycles with
+    `cm-scale --once`, which exits: the thread runs here for the test's length)."""
+    database = Database(burst.db_url)
+    service = StagingService(load_settings(burst.config_path), database)
+    try:
+        service.start()
+        yield
+    finally:
+        service.stop()
+        database.dispose()
 
 
 def as_user(

@@ -32,8 +32,8 @@ from clustermgr.providers.local.client import state_dir_of
 from clustermgr.providers.local.state import locked
 from tests.conftest import cannot_run
 from tests.labs.burstlab import BurstLab, BurstLabSpec
-from tests.labs.directorlab import MOTD, director_tables, make_head
-from tests.services.slapd import SUFFIX, Slapd, SlapdUnavailable, available
+from tests.labs.directorlab import MOTD, director_tables, make_head, unavailable
+from tests.services.slapd import SUFFIX, Slapd, SlapdUnavailable
 
 SUBNET = "10.213.21.0/24"
 NAME = director_name("local", "here")
@@ -42,10 +42,7 @@ TEMPLATE = "local-gpu"
 
 @pytest.fixture
 def lab(lab_dir: Path) -> Iterator[tuple[BurstLab, Slapd]]:
-    why = available()
-    for tool in ("rsync", "ldapsearch"):
-        if shutil.which(tool) is None:
-            why = why or f"{tool} is not installed"
+    why = unavailable()
     if why:
         cannot_run(f"director end-to-end test cannot run: {why}")
     head_address = net.Subnet.parse(SUBNET).host_address  # the bridge's: namespaces reach it

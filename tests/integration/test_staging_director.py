@@ -30,6 +30,7 @@ def settings(port: int) -> Settings:
                         "partition": "cloud",
                         "rsync_target": f"rsync://{{director}}:{port}/clustermgr-staging",
                         "node_root": "/staging",
+                        "rsyncd_secrets": "/nonexistent/rsyncd.secrets",
                     }
                 ]
             },

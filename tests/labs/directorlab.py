@@ -4,9 +4,10 @@ lab director for provider "local" replicating both (`director_tables`)."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
-from tests.services.slapd import SUFFIX, Slapd, directory_ldif, make_server
+from tests.services.slapd import SUFFIX, Slapd, available, directory_ldif, make_server
 
 ALICE = f"""dn: uid=alice,ou=people,{SUFFIX}
 objectClass: inetOrgPerson
@@ -20,6 +21,15 @@ homeDirectory: /home/alice
 loginShell: /bin/bash
 """
 MOTD = "served by the director\n"
+
+
+def unavailable() -> str:
+    """Why a lab director cannot run here ("" when it can): slapd, rsync, ldapsearch."""
+    why = available() or ""
+    for tool in ("rsync", "ldapsearch"):
+        if shutil.which(tool) is None:
+            why = why or f"{tool} is not installed"
+    return why
 
 
 def make_head(workdir: Path, host: str) -> Slapd:

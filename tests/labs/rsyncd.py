@@ -2,7 +2,10 @@
 
 Started in the foreground (`--no-detach`) so its pid is ours; stopped by that pid. The
 module is writable (a director receives the head's image tree into it) and runs as the
-user who started it (root keeps uid 0 rather than rsync's default of nobody).
+user who started it (root keeps uid 0 rather than rsync's default of nobody). With
+`secrets`, the module is cmsub's per-user staging module exactly as the lab director
+writes it (providers/local/director.py): `<root>/<user>`, chrooted, as the user, by the
+passwords in `secrets` (the daemon must run as root).
 """
 
 from __future__ import annotations
@@ -14,15 +17,17 @@ import time
 from pathlib import Path
 from types import TracebackType
 
+from clustermgr.providers.local.director import DirectorBoot, staging_module_conf
 from tests.labs.slurmlab import free_port
 
 MODULE = "clustermgr-images"
 
 
 class RsyncDaemon:
-    def __init__(self, root: Path, module: str = MODULE) -> None:
+    def __init__(self, root: Path, module: str = MODULE, secrets: Path | None = None) -> None:
         self.root = root  # the module's directory (a director's images root)
         self.module = module
+        self.secrets = secrets
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.workdir = root.parent / f".rsyncd-{module}"
@@ -41,13 +46,7 @@ class RsyncDaemon:
             "address = 127.0.0.1\n"
             "use chroot = no\n"
             f"log file = {self.workdir / 'rsyncd.log'}\n"
-            f"[{self.module}]\n"
-            f"    path = {self.root}\n"
-            "    read only = no\n"
-            "    numeric ids = yes\n"
-            "    munge symlinks = no\n"  # a director serves the tree's symlinks as they are
-            f"    uid = {os.getuid()}\n"
-            f"    gid = {os.getgid()}\n"
+            + (self._staging_module() if self.secrets else self._plain_module())
         )
         self.proc = subprocess.Popen(
             ["rsync", "--daemon", "--no-detach", f"--config={conf}"],
@@ -65,6 +64,28 @@ class RsyncDaemon:
             time.sleep(0.05)
         self.stop()
         raise RuntimeError(f"rsync --daemon did not listen on port {self.port} in {timeout} s")
+
+    def _plain_module(self) -> str:
+        return (
+            f"[{self.module}]\n"
+            f"    path = {self.root}\n"
+            "    read only = no\n"
+            "    numeric ids = yes\n"
+            "    munge symlinks = no\n"  # a director serves the tree's symlinks as they are
+            f"    uid = {os.getuid()}\n"
+            f"    gid = {os.getgid()}\n"
+        )
+
+    def _staging_module(self) -> str:
+        boot = DirectorBoot(
+            suffix="",
+            admin_dn="",
+            password_file=Path(os.devnull),
+            staging_root=self.root,
+            rsyncd_secrets=self.secrets,
+            staging_module=self.module,
+        )
+        return staging_module_conf(boot)
 
     def stop(self) -> None:
         if self.proc is None:

@@ -9,8 +9,10 @@ import os
 import pwd
 import shutil
 import subprocess
-from collections.abc import Mapping, Sequence
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -104,3 +106,23 @@ def as_user(
         input=input_text,
         check=False,
     )
+
+
+@pytest.fixture
+def alice_dir(accounts: Accounts) -> Iterator[Path]:
+    yield from _own_dir(accounts.victim)
+
+
+@pytest.fixture
+def mallory_dir(accounts: Accounts) -> Iterator[Path]:
+    yield from _own_dir(accounts.attacker)
+
+
+def _own_dir(user: Account) -> Iterator[Path]:
+    """A fresh directory of `user`'s in their home, removed afterwards."""
+    where = Path(tempfile.mkdtemp(prefix="cmsec-", dir=user.home))
+    os.chown(where, user.uid, user.gid)
+    try:
+        yield where
+    finally:
+        shutil.rmtree(where, ignore_errors=True)

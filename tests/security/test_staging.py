@@ -176,25 +176,6 @@ def lab(accounts: Accounts) -> Iterator[StageLab]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture
-def alice_dir(accounts: Accounts) -> Iterator[Path]:
-    yield from _own_dir(accounts.victim)
-
-
-@pytest.fixture
-def mallory_dir(accounts: Accounts) -> Iterator[Path]:
-    yield from _own_dir(accounts.attacker)
-
-
-def _own_dir(user: Account) -> Iterator[Path]:
-    where = Path(tempfile.mkdtemp(prefix="cmsec-", dir=user.home))
-    os.chown(where, user.uid, user.gid)
-    try:
-        yield where
-    finally:
-        shutil.rmtree(where, ignore_errors=True)
-
-
 def _give(user: Account, *paths: Path) -> None:
     for path in paths:
         for item in [path, *path.rglob("*")] if path.is_dir() else [path]:

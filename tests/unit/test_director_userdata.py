@@ -12,12 +12,17 @@ from clustermgr.config import Settings, parse_settings
 from clustermgr.directors.userdata import render_user_data
 from clustermgr.errors import ConfigError
 from clustermgr.providers.base import LaunchSpec
-from clustermgr.providers.local.director import parse_boot
+from clustermgr.providers.local.director import parse_boot, staging_module_conf
 
 NAME = "director-local-here"
 
 
-def settings(tmp_path: Path, provider_type: str = "local", **director: Any) -> Settings:
+def settings(
+    tmp_path: Path,
+    provider_type: str = "local",
+    staging: dict[str, Any] | None = None,
+    **director: Any,
+) -> Settings:
     provider: dict[str, Any] = {"name": "p", "type": provider_type, "region": "here"}
     if provider_type == "local":
         provider["subnet"] = "10.9.0.0/24"
@@ -53,6 +58,8 @@ def settings(tmp_path: Path, provider_type: str = "local", **director: Any) -> S
             },
         },
     }
+    if staging is not None:
+        data["staging"] = {"regions": [{"provider": "p", "partition": "cloud", **staging}]}
     return parse_settings(data)
 
 
@@ -117,3 +124,32 @@ def test_a_director_that_would_hold_the_munge_key_is_refused_in_one_line(
     assert "\n" not in message
     assert f"{old_key}: a director no longer holds the munge key" in message
     assert "remove it" in message
+
+
+def test_a_lab_director_serves_the_staging_module_its_region_names(tmp_path: Path) -> None:
+    region = {
+        "rsync_target": "rsync://{director}:8873/clustermgr-staging",
+        "node_root": "/srv/staging",
+        "rsyncd_secrets": "/etc/clustermgr/rsyncd.secrets",
+    }
+    conf = settings(tmp_path, staging=region)
+    text = render_user_data(conf, conf.directors[0], NAME)
+    boot = parse_boot(director_spec(text))
+    assert boot.staging_module == "clustermgr-staging"
+    assert boot.staging_root == Path("/srv/staging")
+    assert boot.rsyncd_secrets == Path("/etc/clustermgr/rsyncd.secrets")
+    module = staging_module_conf(boot)
+    assert "path = /srv/staging/%RSYNC_USER_NAME%\n" in module
+    for line in ("use chroot = yes", "uid = %RSYNC_USER_NAME%", "auth users = root:deny, *"):
+        assert f"{line}\n" in module
+    assert "secrets file = /etc/clustermgr/rsyncd.secrets\nstrict modes = yes\n" in module
+    plain = settings(tmp_path)
+    boot = parse_boot(director_spec(render_user_data(plain, plain.directors[0], NAME)))
+    assert staging_module_conf(boot) == ""  # no staging region: no module
+
+
+def test_a_daemon_staging_target_without_a_secrets_file_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="needs rsyncd_secrets"):
+        settings(tmp_path, staging={"rsync_target": "rsync://h/m"})
+    with pytest.raises(ConfigError, match="write a daemon as rsync://"):
+        settings(tmp_path, staging={"rsync_target": "h::m", "rsyncd_secrets": "/s"})

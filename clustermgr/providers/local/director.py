@@ -17,11 +17,21 @@ with the facts the director needs; secrets travel as file paths, never as values
     image_root = "/var/lib/clustermgr/director/image"   # default: <workdir>/image
     ldap_port = 389                             # slapd's port (default 389)
     rsync_port = 873                            # the rsync daemon's port (default 873)
+    staging_root = "/srv/clustermgr-staging"    # cmsub's staging areas (none: no module)
+    rsyncd_secrets = "/etc/clustermgr/rsyncd.secrets"   # users' passwords (root 0600)
+    staging_module = "clustermgr-staging"       # default: "clustermgr-staging"
 
 The rsync daemon serves one module: `rsync_module` (writable, the images root: clustermgr
 syncs each image into `<module>/<image>/`) with `numeric ids = yes` and `munge symlinks = no`
 (so the tree's symlinks and owners arrive as they are on the head). A director never holds
 or serves the munge key: burst nodes get it from cm-scale's key server (clustermgr.mungekey).
+
+With `staging_root` and `rsyncd_secrets` it serves cmsub's staging module too, one static
+module whose users are told apart by rsync's own authentication (docs/staging.md): each
+user reaches `<staging_root>/<user>` only, chrooted into it and running as themselves,
+with the password the staging service wrote into `rsyncd_secrets` (root 0600, read by the
+daemon at every connection); root is refused. The daemon runs as root (the instance is
+cm-scale's, root) so it can chroot and switch to the user.
 
 The instance's files (slapd.d, its database, rsyncd.conf, the image copy unless
 `image_root` says otherwise) live in `workdir`, which the provider removes with
@@ -45,6 +55,7 @@ from clustermgr.providers.local.net import NETNS_DIR, TOOL_PATH, netns_name, sta
 TAG_ROLE = "clustermgr-role"
 ROLE_DIRECTOR = "director"
 RSYNC_MODULE = "image"  # the images module when the user data names none
+STAGING_MODULE = "clustermgr-staging"
 SCHEMA_DIR = Path("/etc/ldap/schema")
 SCHEMAS = ("core", "cosine", "nis", "inetorgperson")
 MODULE_DIR = Path("/usr/lib/ldap")
@@ -67,6 +78,9 @@ class DirectorBoot:
     rsync_module: str = RSYNC_MODULE
     ldap_port: int = 389
     rsync_port: int = 873
+    staging_root: Path | None = None  # None: no staging module
+    rsyncd_secrets: Path | None = None
+    staging_module: str = STAGING_MODULE
 
 
 def is_director_spec(spec: LaunchSpec) -> bool:
@@ -90,9 +104,20 @@ def parse_boot(spec: LaunchSpec) -> DirectorBoot:
             rsync_module=str(data.get("rsync_module") or RSYNC_MODULE),
             ldap_port=int(data.get("ldap_port") or 389),
             rsync_port=int(data.get("rsync_port") or 873),
+            staging_root=_path(data.get("staging_root")),
+            rsyncd_secrets=_path(data.get("rsyncd_secrets")),
+            staging_module=str(data.get("staging_module") or STAGING_MODULE),
         )
-        if not MODULE_NAME.fullmatch(boot.rsync_module):
-            raise KeyError(f"rsync_module {boot.rsync_module!r} is not a usable module name")
+        for module in (boot.rsync_module, boot.staging_module):
+            if not MODULE_NAME.fullmatch(module) or module == "global":
+                raise KeyError(f"rsync module {module!r} is not a usable module name")
+        if boot.staging_module == boot.rsync_module:
+            raise KeyError("staging_module and rsync_module must differ")
+        if (boot.staging_root is None) != (boot.rsyncd_secrets is None):
+            raise KeyError("staging_root and rsyncd_secrets go together")
+        for where in (boot.staging_root, boot.rsyncd_secrets):
+            if where is not None and (not where.is_absolute() or "\n" in str(where)):
+                raise KeyError(f"{str(where)[:80]!r}: an absolute path on one line")
     except (tomllib.TOMLDecodeError, KeyError, ValueError, TypeError) as exc:
         why = f"not a director's facts: {exc}"
         raise invalid("local", spec.template, "user_data", user_data[:40], why) from None
@@ -138,6 +163,8 @@ def write_configs(workdir: Path, boot: DirectorBoot) -> tuple[Path, Path]:
             why = f"{Path(argv[0]).name} failed: {done.stderr.strip()[-300:]}"
             raise NetError(why, code="SpawnFailed")
     conf.unlink()
+    if boot.staging_root is not None:  # the users' <staging_root>/<user> are the service's
+        boot.staging_root.mkdir(mode=0o755, parents=True, exist_ok=True)
     rsyncd = workdir / "rsyncd.conf"
     rsyncd.write_text(
         f"pid file = {workdir}/rsyncd.pid\nport = {boot.rsync_port}\n"
@@ -146,8 +173,25 @@ def write_configs(workdir: Path, boot: DirectorBoot) -> tuple[Path, Path]:
         # every symlink target under /rsyncd-munged/)
         "numeric ids = yes\nmunge symlinks = no\nreverse lookup = no\n\n"
         f"[{boot.rsync_module}]\npath = {image_root}\nread only = no\n"
+        f"{staging_module_conf(boot)}"
     )
     return config_dir, rsyncd
+
+
+def staging_module_conf(boot: DirectorBoot) -> str:
+    """cmsub's staging module (rsyncd.conf text; "" without a staging root): each user in
+    `<staging_root>/<user>`, chrooted, as the user, by the password in the secrets file."""
+    if boot.staging_root is None or boot.rsyncd_secrets is None:
+        return ""
+    return (
+        f"\n[{boot.staging_module}]\n"
+        f"path = {boot.staging_root}/%RSYNC_USER_NAME%\n"
+        "use chroot = yes\nuid = %RSYNC_USER_NAME%\ngid = *\nread only = no\n"
+        "auth users = root:deny, *\n"
+        f"secrets file = {boot.rsyncd_secrets}\nstrict modes = yes\n"
+        # chrooted: owners by number, and a link written by a job leads nowhere outside
+        "numeric ids = yes\nmunge symlinks = no\n"
+    )
 
 
 def spawn_director(

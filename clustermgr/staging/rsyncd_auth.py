@@ -1,0 +1,218 @@
+"""Per-user credentials for a director's rsync daemon staging module.
+
+The director serves one static module, `[clustermgr-staging]`, whose path is
+`<staging root>/%RSYNC_USER_NAME%`, chrooted, run as that user, `auth users = root:deny, *`,
+checked against a `secrets file` (docs/staging.md, "The director's staging module"). A
+user's password there is an HMAC of the staging key (32 random bytes made once in the
+state directory, root 0600) and the user's name, so the same on every head and after a
+restart. The staging service writes `user:password` lines for the users who stage into
+the region's `rsyncd_secrets` file (an atomic replace, root 0600) and hands a user their
+own password only in the authenticated `begin` answer; the transfer job gives it to rsync
+through RSYNC_PASSWORD (never argv, never logged, never a database row).
+
+A daemon area's URL carries the user: `rsync://USER@HOST:PORT/MODULE/<stage_id>`, which
+the daemon maps to `<staging root>/USER/<stage_id>`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import os
+import re
+import secrets
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from clustermgr.errors import StagingError
+
+KEY_FILE = "staging.key"  # under [daemon] state_dir, root 0600
+KEY_BYTES = 32
+PASSWORD_ENV = "RSYNC_PASSWORD"  # noqa: S105 (the variable's name, not a password)
+# a user name the secrets file and the module's path can hold as is
+USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
+_URL = re.compile(r"rsync://(?:[^@/]*@)?(?P<rest>[^/]+(?:/.*)?)")
+_lock = threading.Lock()
+
+
+def is_daemon_url(target: str) -> bool:
+    return target.startswith("rsync://")
+
+
+def with_user(url: str, user: str) -> str:
+    """`rsync://HOST[:PORT]/MODULE[/PATH]` as `user` (a user already in it replaced)."""
+    found = _URL.fullmatch(url)
+    if found is None:
+        raise StagingError(f"{url[:200]!r} is not an rsync:// URL")
+    return f"rsync://{check_user(user)}@{found['rest']}"
+
+
+def without_user(url: str) -> str:
+    found = _URL.fullmatch(url) if is_daemon_url(url) else None
+    return url if found is None else f"rsync://{found['rest']}"
+
+
+def user_root(root: str, user: str) -> str:
+    """Where `user`'s areas live: `<root>/<user>` for a directory; for a daemon's staging
+    module the module itself, reached as the user (the daemon maps it to their directory)."""
+    if is_daemon_url(root):
+        return with_user(root.rstrip("/"), user)
+    return f"{root.rstrip('/')}/{user}"
+
+
+def check_user(user: str) -> str:
+    if user == "root" or not USER_NAME.fullmatch(user):
+        raise StagingError(
+            f"user {user[:40]!r} cannot have a staging area on an rsync daemon (root never; "
+            "a name of letters, digits, '_', '.', '-')"
+        )
+    return user
+
+
+# --- the staging key and the passwords --------------------------------------------------
+
+
+def staging_key(state_dir: Path) -> bytes:
+    """The staging key, made once (root 0600); one that is not a regular file of ours, or
+    is open to others, is refused (one line), never used."""
+    path = state_dir / KEY_FILE
+    with _lock:
+        try:
+            if not path.exists():
+                _make_key(path)
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError as exc:
+            raise StagingError(f"staging key {path}: {exc.strerror or exc}") from None
+        try:
+            info = os.fstat(fd)
+            if (
+                not stat.S_ISREG(info.st_mode)
+                or info.st_uid != os.geteuid()
+                or stat.S_IMODE(info.st_mode) & 0o077
+            ):
+                raise StagingError(
+                    f"staging key {path}: must be a regular file of uid {os.geteuid()}, mode "
+                    "0600; remove it (a new one is made, users' rsync passwords change)"
+                )
+            key = os.read(fd, KEY_BYTES + 1)
+        finally:
+            os.close(fd)
+    if len(key) != KEY_BYTES:
+        raise StagingError(f"staging key {path}: not {KEY_BYTES} bytes; remove it")
+    return key
+
+
+def _make_key(path: Path) -> None:
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    scratch = path.with_name(f".{KEY_FILE}.{os.getpid()}.{threading.get_ident()}")
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(scratch, flags, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        os.write(fd, secrets.token_bytes(KEY_BYTES))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(scratch, path)  # never replaces a key another head made meanwhile
+    except FileExistsError:
+        pass
+    finally:
+        os.unlink(scratch)
+
+
+def password(key: bytes, user: str) -> str:
+    digest = hmac.new(key, f"clustermgr rsyncd: {check_user(user)}".encode(), hashlib.sha256)
+    return digest.hexdigest()[:40]
+
+
+# --- the secrets file --------------------------------------------------------------------
+
+
+def listed(secrets_file: Path) -> dict[str, str]:
+    """user -> password of the secrets file (nothing when it does not exist yet)."""
+    try:
+        text = secrets_file.read_text()
+    except FileNotFoundError:
+        return {}
+    except OSError as exc:
+        raise StagingError(f"rsyncd_secrets {secrets_file}: {exc.strerror or exc}") from None
+    return dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+
+
+def grant(secrets_file: Path, key: bytes, user: str) -> str:
+    """`user`'s password, with their line in the secrets file: when it is missing or stale
+    (or the file is not root 0600), every listed user's line is made again from the key
+    and the file replaced atomically, root 0600."""
+    secret = password(key, user)
+    with _lock:
+        users = listed(secrets_file)
+        if users.get(user) == secret and _private(secrets_file):
+            return secret
+        names = {u for u in {*users, user} if USER_NAME.fullmatch(u) and u != "root"}
+        lines = "".join(f"{u}:{password(key, u)}\n" for u in sorted(names))
+        _replace(secrets_file, lines.encode())
+    return secret
+
+
+def _private(path: Path) -> bool:
+    info = path.lstat()
+    return (
+        stat.S_ISREG(info.st_mode)
+        and info.st_uid == os.geteuid()
+        and not stat.S_IMODE(info.st_mode) & 0o077
+    )
+
+
+def _replace(path: Path, content: bytes) -> None:
+    parent = path.parent
+    try:
+        info = parent.lstat()
+    except FileNotFoundError:
+        raise StagingError(f"rsyncd_secrets {path}: its directory does not exist") from None
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        raise StagingError(
+            f"rsyncd_secrets {path}: its directory must be uid {os.geteuid()}'s and writable "
+            "by no one else (someone could replace the file)"
+        )
+    scratch = parent / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(scratch)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    fd = os.open(scratch, flags, 0o600)
+    try:
+        if os.geteuid() == 0:
+            os.fchown(fd, 0, 0)
+        os.fchmod(fd, 0o600)
+        os.write(fd, content)
+        os.fsync(fd)
+    except OSError:
+        os.close(fd)
+        os.unlink(scratch)
+        raise
+    os.close(fd)
+    os.replace(scratch, path)
+
+
+# --- the transfer job's side -------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def password_in_env(secret: str) -> Iterator[None]:
+    """RSYNC_PASSWORD for the rsync processes started meanwhile (the environment, which
+    only the user and root can read: never argv); the caller's own value restored after."""
+    if not secret:
+        yield
+        return
+    before = os.environ.get(PASSWORD_ENV)
+    os.environ[PASSWORD_ENV] = secret
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PASSWORD_ENV, None)
+        else:
+            os.environ[PASSWORD_ENV] = before
