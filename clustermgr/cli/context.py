@@ -95,13 +95,16 @@ class AppContext:
             table = tomllib.loads(path.read_text(encoding="utf-8")).get("database", {})
         except (OSError, ValueError):
             return None
-        if not isinstance(table, dict) or not set(table) <= {"url", "busy_timeout_s"}:
+        numbers = ("busy_timeout_s", "retention_days", "prune_interval_s")
+        if not isinstance(table, dict) or not set(table) <= {"url", *numbers}:
             return None
         url, timeout = table.get("url"), table.get("busy_timeout_s", 30.0)  # config.py defaults
         if url is not None and not isinstance(url, str):
             return None
-        if isinstance(timeout, bool) or not isinstance(timeout, int | float) or not timeout > 0:
-            return None
+        for key in numbers:  # each a positive number, else full validation says what is wrong
+            value = table.get(key, 1.0)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+                return None
         return url, float(timeout)
 
     def close(self) -> None:

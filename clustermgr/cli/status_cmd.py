@@ -89,13 +89,15 @@ def collect_status(app: AppContext) -> dict[str, Any]:
         billing_of(settings, r.provider).cost(r.hourly_price, (now - r.started_at).total_seconds())
         for r in open_runs
     )
-    leader = next((d for d in daemons if d["alive"] and d["role"] in ("leader", "once")), None)
+    # the running daemon; a `--once` run's record (role "once") says what its cycle saw, but
+    # no daemon runs for it
+    leader = next((d for d in daemons if d["alive"] and d["role"] == "leader"), None)
     # demand as the last cycle saw it (a live leader's, else the newest record: a `--once`
     # run, a stopped daemon), and what the open instances cost now, whoever runs
     seen = leader or next((d for d in daemons if d["last_cycle_at"] is not None), None)
     return {
         "daemon": leader,
-        "daemons": [d for d in daemons if d["alive"]],
+        "daemons": [d for d in daemons if d["alive"] and d["role"] != "once"],
         "healthy": leader is not None,
         "pending_jobs": seen["pending_jobs"] if seen else None,
         "pending_gpus": seen["pending_gpus"] if seen else None,
