@@ -91,25 +91,28 @@ def clamp(decision: ScaleDecision, view: ClusterView, settings: Settings) -> Pla
             plan.refusals.append(Refusal(template.name, template.blocked, launch.jobs))
             continue
         nodes = _pick_nodes(launch, view, taken)
-        room = (
-            template.max_nodes
-            - len(view.active_nodes(template.name))
-            - _planned(plan, template.name)
-        )
-        limit = provider_limit.get(template.provider)
-        if limit is not None:
-            room = min(room, limit - provider_active[template.provider])
-        if len(nodes) > room:
-            plan.notes.append(
-                f"clamp: {launch.template}: {len(nodes) - max(room, 0)} of {len(nodes)} launches "
-                f"cut by max_nodes/max_instances"
-            )
-            nodes = nodes[: max(room, 0)]
         if len(nodes) < launch.count and not launch.nodes:
             plan.notes.append(
                 f"clamp: {launch.template}: only {len(nodes)} of {launch.count} wanted nodes "
                 "have a powered-down slot"
             )
+        held = len(view.active_nodes(template.name)) + _planned(plan, template.name)
+        room, limited_by = template.max_nodes - held, (
+            f"max_nodes = {template.max_nodes} ({held} active or planned)"
+        )
+        limit = provider_limit.get(template.provider)
+        if limit is not None and limit - provider_active[template.provider] < room:
+            room = limit - provider_active[template.provider]
+            limited_by = (
+                f"provider {template.provider}'s max_instances = {limit} "
+                f"({provider_active[template.provider]} active or planned)"
+            )
+        if len(nodes) > room:
+            plan.notes.append(
+                f"clamp: {launch.template}: {len(nodes) - max(room, 0)} of {len(nodes)} launches "
+                f"cut by {limited_by}"
+            )
+            nodes = nodes[: max(room, 0)]
         if not nodes:
             continue
         taken.update(nodes)

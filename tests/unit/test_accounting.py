@@ -172,3 +172,29 @@ def test_clamp_gives_each_launch_alternates_cut_to_every_limit() -> None:
     [order] = clamp(decision, v, parse_settings({"providers": providers})).launches
     assert order.alternates == () and "spare: (Code:PROTECTED) x" in order.cut
     assert v.launch_price("gpu") == 30.0  # a protected fallback launches nothing
+
+
+def test_clamp_notes_name_the_limit_that_cut_a_launch() -> None:
+    """An admin reads which limit cut a launch: free slots, the template's max_nodes, or the
+    provider's max_instances (issue 26: 'only 6 of 51 ... have a powered-down slot' was
+    printed while 8 slots were free and max_nodes cut it)."""
+    from clustermgr.config import parse_settings
+    from clustermgr.policy.decision import Launch
+    from clustermgr.scaling.clamp import clamp
+
+    slots = [slot(f"g{i}") for i in range(1, 9)]
+    v = view(slots, [], templates={"gpu": template(max_nodes=6)})
+    settings = parse_settings({"providers": [{"name": "aws1", "type": "aws", "region": "r"}]})
+    plan = clamp(ScaleDecision(launches=(Launch("gpu", 51, "queue_depth"),)), v, settings)
+    assert plan.notes == [
+        "clamp: gpu: only 8 of 51 wanted nodes have a powered-down slot",
+        "clamp: gpu: 2 of 8 launches cut by max_nodes = 6 (0 active or planned)",
+    ]
+    assert len(plan.launches[0].nodes) == 6
+    capped = parse_settings(
+        {"providers": [{"name": "aws1", "type": "aws", "region": "r", "max_instances": 3}]}
+    )
+    plan = clamp(ScaleDecision(launches=(Launch("gpu", 5, "queue_depth"),)), v, capped)
+    assert plan.notes == [
+        "clamp: gpu: 2 of 5 launches cut by provider aws1's max_instances = 3 (0 active or planned)"
+    ]
