@@ -97,8 +97,9 @@ def clamp(decision: ScaleDecision, view: ClusterView, settings: Settings) -> Pla
                 "have a powered-down slot"
             )
         held = len(view.active_nodes(template.name)) + _planned(plan, template.name)
-        room, limited_by = template.max_nodes - held, (
-            f"max_nodes = {template.max_nodes} ({held} active or planned)"
+        room, limited_by = (
+            template.max_nodes - held,
+            (f"max_nodes = {template.max_nodes} ({held} active or planned)"),
         )
         limit = provider_limit.get(template.provider)
         if limit is not None and limit - provider_active[template.provider] < room:

@@ -4,7 +4,8 @@ A broken image, a revoked key or an exhausted quota otherwise turns demand into 
 instances that start, fail and are replaced. After `[daemon] protect_after_failures`
 failures in a row (launch errors, boot timeouts, failed boot health checks; capacity is not
 the template's fault and has its fallback) with no node of the template registering in
-between, the template is protected: the plan launches nothing for it and its requested
+between, or after one launch the cloud refused as INVALID (retrying it cannot help), the
+template is protected: the plan launches nothing for it and its requested
 nodes are powered down with `(Code:PROTECTED) ...`, so jobs can go to another template or
 wait. It retries by itself once `protect_backoff_s` has passed since the last failure (one
 more failure protects it again), or at once after `clustermgr templates reset NAME`.
@@ -154,11 +155,22 @@ def judge(
 def judge_count(
     template: str, count: int, last: datetime, kind: str, settings: Settings, now: datetime
 ) -> TemplateHealth:
-    """`count` failures in a row, the last at `last` of `kind`."""
+    """`count` failures in a row, the last at `last` of `kind`. A launch the cloud refused
+    as INVALID (an instance type the region does not offer, an unknown image) cannot pass
+    by being tried again: one protects the template until it is fixed and reset."""
     limit = settings.daemon.protect_after_failures
     retry_at = last + timedelta(seconds=settings.daemon.protect_backoff_s)
     protected = None
-    if limit and count >= limit and now < retry_at:
+    if limit and kind == "INVALID" and now < retry_at:
+        protected = str(
+            Reason(
+                PROTECTED,
+                f"the cloud refused its launch as INVALID (see the node's reason or `clustermgr "
+                f"events`): fix the template, then `clustermgr templates reset {template}` "
+                f"(else a retry at {retry_at:%H:%M} UTC)",
+            )
+        )
+    elif limit and count >= limit and now < retry_at:
         protected = str(
             Reason(
                 PROTECTED,

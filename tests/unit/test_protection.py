@@ -38,6 +38,16 @@ def test_the_limit_protects_until_the_back_off_has_passed() -> None:
     assert off.protected is None
 
 
+def test_one_invalid_launch_protects_at_once() -> None:
+    """An instance type the region does not offer fails the same way every time: it is not
+    retried until 3 failures (issue 26: 14 retries of a g3.8xlarge)."""
+    one = [(NOW - timedelta(seconds=10), "INVALID")]
+    hit = judge("gpu", one, settings(), NOW)
+    assert hit.protected is not None and "refused its launch as INVALID" in hit.protected
+    assert "clustermgr templates reset gpu" in hit.protected
+    assert judge("gpu", one, settings(limit=0), NOW).protected is None  # protection off
+
+
 def test_the_plan_refuses_a_protected_templates_demand() -> None:
     reason = "(Code:PROTECTED) 3 launch/boot failures in a row (last QUOTA)"
     v = view([slot("g1"), slot("g2")], [], templates={"gpu": template(protected=reason)})
