@@ -325,12 +325,27 @@ def wanted_hold(slurm: WorkloadNode, protected: str | None) -> str | None:
     if slurm.drained and not is_hold(slurm.reason):
         return None
     if protected:
-        wanted = f"{HOLD_PREFIX}{protected}"[:HOLD_REASON_MAX]
+        base = f"{HOLD_PREFIX}{protected}"
+        if slurm.drained and slurm.reason.startswith(base[:HOLD_REASON_MAX]):
+            return None  # held with it already (and the failure that led to it)
+        last = last_failure(slurm.reason)
+        wanted = (f"{base}; last: {last}" if last else base)[:HOLD_REASON_MAX]
     elif slurm.drained:  # held already: only a protection that ended is replaced
         wanted = HOLD_REASON if PROTECTED_HOLD in slurm.reason else slurm.reason
     else:
         wanted = hold_reason(slurm.reason)
     return None if slurm.drained and slurm.reason == wanted else wanted
+
+
+def last_failure(reason: str) -> str | None:
+    """The `(Code:KIND) detail` of a launch or boot failure a node's reason carries (as the
+    failure left it, or after `; last: ` in a hold), so a protection's hold keeps it visible
+    in Slurm; None for none (a refusal or a protection is not the failure)."""
+    start = reason.find("(Code:")
+    found = Reason.parse(reason[start:]) if start >= 0 else None
+    if found is None or found.kind in (PROTECTED, REFUSED):
+        return None
+    return reason[start:]
 
 
 def hold_reason(last: str) -> str:

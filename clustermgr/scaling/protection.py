@@ -165,8 +165,8 @@ def judge_count(
         protected = str(
             Reason(
                 PROTECTED,
-                f"the cloud refused its launch as INVALID (see the node's reason or `clustermgr "
-                f"events`): fix the template, then `clustermgr templates reset {template}` "
+                f"the cloud refused its launch as INVALID (`clustermgr events --since 1d` says "
+                f"why): fix the template, then `clustermgr templates reset {template}` "
                 f"(else a retry at {retry_at:%H:%M} UTC)",
             )
         )

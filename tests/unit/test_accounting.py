@@ -198,3 +198,25 @@ def test_clamp_notes_name_the_limit_that_cut_a_launch() -> None:
     assert plan.notes == [
         "clamp: gpu: 2 of 5 launches cut by provider aws1's max_instances = 3 (0 active or planned)"
     ]
+
+
+def test_a_protection_hold_keeps_the_failure_that_led_to_it_in_slurm() -> None:
+    """A launch refused as INVALID protects the template; the node's hold then names the
+    protection and, after it, the cloud's own words (issue 26: the `(Code:INVALID) ...` was
+    rewritten to a plain hold two minutes later)."""
+    from clustermgr.scaling.act import HOLD_REASON_MAX, wanted_hold
+
+    invalid = "(Code:INVALID) g3.8xlarge is not offered in us-east-1"
+    protected = "(Code:PROTECTED) the cloud refused its launch as INVALID"
+    flags = frozenset({"CLOUD", "DRAIN", "POWERED_DOWN"})
+    failed = WorkloadNode("g1", "IDLE", frozenset({"CLOUD", "POWERED_DOWN"}), reason=invalid)
+    wanted = wanted_hold(failed, protected)
+    assert wanted == f"clustermgr: {protected}; last: {invalid}"
+    plain = f"clustermgr: held until a policy launches it; last: {invalid}"  # held before
+    assert wanted_hold(WorkloadNode("g1", "IDLE", flags, reason=plain), protected) == wanted
+    held = WorkloadNode("g1", "IDLE", flags, reason=wanted)
+    assert wanted_hold(held, protected) is None  # kept as it is, cycle after cycle
+    long = WorkloadNode("g1", "IDLE", failed.flags, reason=invalid + " x" * 200)
+    cut = wanted_hold(long, protected)
+    assert cut is not None and len(cut) == HOLD_REASON_MAX
+    assert wanted_hold(WorkloadNode("g1", "IDLE", flags, reason=cut), protected) is None
