@@ -40,6 +40,8 @@ class RsyncDaemon:
             f"port = {self.port}\n"
             "address = 127.0.0.1\n"
             "use chroot = no\n"
+            # as a director's: without it every small message waits for a delayed ACK
+            "socket options = TCP_NODELAY\n"
             f"log file = {self.workdir / 'rsyncd.log'}\n"
             f"[{self.module}]\n"
             f"    path = {self.root}\n"
