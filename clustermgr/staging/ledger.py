@@ -370,6 +370,10 @@ class Ledger:
                 "area": row.stage_dir,
                 "root": root,
                 "items": list(row.items or []),
+                # never began, in an area of its own (not a failed chain's it took over):
+                # there is no manifest of an earlier run to read
+                "fresh": row.started_at is None
+                and row.stage_dir.rstrip("/").rsplit("/", 1)[-1] == row.stage_id,
             }
         if plan["transport"] == "s3":
             plan["s3"] = self._s3_access(region, who)

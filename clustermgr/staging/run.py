@@ -13,8 +13,10 @@ rights, and reports the result through the same channel. Then
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,7 +26,7 @@ from clustermgr.config import Settings
 from clustermgr.errors import ClusterMgrError, StagingError
 from clustermgr.staging import areas, chain, client, rsync_transport, rsyncd_auth, s3_transport
 from clustermgr.staging.checks import StageIn, StageOut, area_path, check_links
-from clustermgr.staging.manifest import FileEntry
+from clustermgr.staging.manifest import FileEntry, Previous
 from clustermgr.staging.progress import Progress
 from clustermgr.staging.rsync_transport import Report
 
@@ -42,6 +44,7 @@ class Job:
     root: str  # the staging root; the area is inside <root>/<user>/
     stage_in: list[StageIn]
     stage_out: list[StageOut]
+    fresh: bool = False  # never began, its area its own: no earlier manifest to read
 
 
 def job_of(plan: dict[str, Any]) -> Job:
@@ -63,6 +66,7 @@ def job_of(plan: dict[str, Any]) -> Job:
         str(plan["root"]),
         stage_in,
         stage_out,
+        plan.get("fresh") is True,
     )
     areas.check_inside(job.area, job.root, job.user)
     return job
@@ -94,7 +98,9 @@ def _move(
         if job.direction == "in":
             return s3_transport.stage_in(s3, settings.staging, job.stage_in, bucket, progress)
         return s3_transport.stage_out(s3, settings.staging, job.stage_out, bucket, progress)
-    return move_rsync(job.direction, job.area, job.stage_in, job.stage_out, progress)
+    return move_rsync(
+        job.direction, job.area, job.stage_in, job.stage_out, progress, fresh=job.fresh
+    )
 
 
 def move_rsync(
@@ -103,18 +109,23 @@ def move_rsync(
     stage_in: list[StageIn],
     stage_out: list[StageOut],
     progress: Progress,
+    *,
+    fresh: bool = False,
 ) -> tuple[list[FileEntry], Report]:
-    """One rsync stage-in or stage-out with its manifest (also what the bench runs)."""
+    """One rsync stage-in or stage-out with its manifest (also what the bench runs).
+    `fresh`: the service says this transfer never began and its area is its own, so there
+    is no manifest of an earlier run to read (if there were one after all, its files would
+    only be compared again rather than trusted)."""
     with ThreadPoolExecutor(max_workers=1) as reader:
-        # the last run's manifest is needed only after the copy: read it meanwhile
-        previous = reader.submit(rsync_transport.read_remote_manifest, area, direction)
+        if fresh:
+            previous: Callable[[], Previous] = functools.partial(Previous, {})
+        else:  # the last run's manifest is needed only after the copy: read it meanwhile
+            previous = reader.submit(rsync_transport.read_remote_manifest, area, direction).result
         if direction == "in":
             pairs = rsync_transport.stage_in_pairs(stage_in, area)
         else:
             pairs = rsync_transport.stage_out_pairs(stage_out, area)
-        entries, report = rsync_transport.transfer(
-            pairs, previous.result, progress, hash_first=direction == "in"
-        )
+        entries, report = rsync_transport.transfer(pairs, previous, progress)
     rsync_transport.write_remote_manifest(area, direction, entries)
     return entries, report
 

@@ -106,14 +106,14 @@ def read_manifest(s3: Any, area: S3Area, direction: str) -> dict[str, FileEntry]
         body = s3.get_object(Bucket=area.bucket, Key=f"{area.prefix}{META_DIR}/{direction}.json")
     except Exception:  # a missing or unreadable manifest: verify everything
         return {}
-    return manifest.decode(body["Body"].read())
+    return manifest.decode(body["Body"].read(), manifest.SHA256).entries
 
 
 def write_manifest(s3: Any, area: S3Area, direction: str, entries: list[FileEntry]) -> None:
     s3.put_object(
         Bucket=area.bucket,
         Key=f"{area.prefix}{META_DIR}/{direction}.json",
-        Body=manifest.encode(entries, direction),
+        Body=manifest.encode(entries, direction, manifest.SHA256),
     )
 
 
@@ -131,12 +131,12 @@ def stage_in(
             entry = FileEntry(rel, info.st_size, info.st_mtime_ns, manifest.sha256_of(path))
             key = area.prefix + rel
             old = previous.get(rel)
-            if old is None or not old.same_file(entry):
+            if old is None or not old.same_content(entry):
                 s3.upload_file(
                     str(path),
                     area.bucket,
                     key,
-                    ExtraArgs={"Metadata": {"sha256": entry.sha256}, "ChecksumAlgorithm": "SHA256"},
+                    ExtraArgs={"Metadata": {"sha256": entry.digest}, "ChecksumAlgorithm": "SHA256"},
                     Config=config,
                     Callback=progress.advance,
                 )
@@ -162,10 +162,10 @@ def _check_uploaded(s3: Any, bucket: str, key: str, entry: FileEntry) -> None:
     sha256 metadata and (for a single-part object) S3's own SHA256 must be the file's."""
     head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
     stored = str(head.get("ChecksumSHA256") or "")
-    whole = base64.b64encode(bytes.fromhex(entry.sha256)).decode()
+    whole = base64.b64encode(bytes.fromhex(entry.digest)).decode()
     if (
         head["ContentLength"] != entry.size
-        or head.get("Metadata", {}).get("sha256") != entry.sha256
+        or head.get("Metadata", {}).get("sha256") != entry.digest
         or not stored
         or (entry.size < MULTIPART_FROM and stored != whole)
     ):

@@ -45,6 +45,8 @@ class RsyncDaemon:
             f"port = {self.port}\n"
             "address = 127.0.0.1\n"
             "use chroot = no\n"
+            # as a director's: without it every small message waits for a delayed ACK
+            "socket options = TCP_NODELAY\n"
             f"log file = {self.workdir / 'rsyncd.log'}\n"
             + (self._staging_module() if self.secrets else self._plain_module())
         )
