@@ -53,7 +53,8 @@ class ProviderKind:
     capabilities: frozenset[Capability] = frozenset()
     # the pydantic model of the keys only this type takes; a [[providers]] entry's keys
     # beyond the common ones are validated by it and kept in ProviderSettings.options.
-    # None: the type's keys are fields of ProviderSettings itself (`keys`; the built-ins)
+    # None: the type's keys are fields of ProviderSettings itself (`keys`; the built-ins).
+    # Frozen, like every settings model (a ProviderSettings is hashable)
     options: builtins.type[BaseModel] | None = None
     keys: frozenset[str] = frozenset()
     sdk_loggers: tuple[str, ...] = ()  # loggers cm-scale sets to WARNING (not --debug)
