@@ -38,6 +38,8 @@ Capability = Literal["spot", "placement", "root_volume", "machine_image_copy", "
 
 # (provider settings, the environment) -> (file, what secret it holds) for `config check`
 SecretFiles = Callable[[Any, Mapping[str, str]], Iterable[tuple[Path, str]]]
+# what a type needs across a [[providers]] entry's keys: ValueError (one line) when unmet
+SettingsCheck = Callable[[Any], None]
 
 
 @dataclass(frozen=True)
@@ -62,6 +64,7 @@ class ProviderKind:
     onprem: bool = False  # powers on-prem nodes through their BMCs (bmc_nodes)
     remote_api: bool = False  # its calls wait on a cloud's API (api_timeout_s applies)
     secret_files: SecretFiles | None = None
+    check: SettingsCheck | None = None  # run after the common checks of ProviderSettings
 
     @property
     def own_keys(self) -> frozenset[str]:

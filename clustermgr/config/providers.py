@@ -53,7 +53,7 @@ class BmcNodeSettings(StrictModel):
 
     nodes: str = Field(min_length=1, description="Slurm hostlist of the nodes")
     address: str = Field(min_length=1, description="BMC host name or IP address")
-    port: int | None = Field(None, ge=1, le=65535)  # default: ProviderSettings.bmc_default_port
+    port: int | None = Field(None, ge=1, le=65535)  # default: its type's (providers/bmc/kind.py)
     system: str | None = None  # redfish: the ComputerSystem id; default: the BMC's only one
     instance_type: str = Field("onprem", pattern=NAME_PATTERN)  # the hardware class label
     credentials: Credentials | None = None  # default: the provider's credentials
@@ -177,52 +177,10 @@ class ProviderSettings(StrictModel):
             raise ValueError("azure client secrets need credentials.tenant_id and client_id")
         if creds.source == "clouds_yaml" and not creds.cloud:
             raise ValueError("credentials.source 'clouds_yaml' needs credentials.cloud")
-        if self.type == "azure" and not (self.subscription_id and self.resource_group):
-            raise ValueError("azure providers need subscription_id and resource_group")
-        if kind_of(self.type).onprem:
-            self._check_bmc()
+        check = kind_of(self.type).check
+        if check is not None:  # what its type needs across its keys
+            check(self)
         return self
-
-    def _check_bmc(self) -> None:
-        if self.credentials.source != "none":
-            check_bmc_credentials(self.credentials, f"{self.type} provider")
-        for key in ("max_instances", "endpoint_url"):
-            if getattr(self, key) is not None:
-                raise ValueError(
-                    f"{key} is not used by {self.type} providers (bmc_nodes is the list)"
-                )
-        if not self.bmc_nodes:
-            raise ValueError(f"{self.type} providers need bmc_nodes (the nodes and their BMCs)")
-        seen: dict[str, str] = {}
-        endpoints: dict[tuple[str, int, str | None], str] = {}
-        for entry in self.bmc_nodes:
-            for node in entry.node_names:
-                if node in seen:
-                    raise ValueError(f"bmc_nodes: node {node!r} is listed twice")
-                seen[node] = entry.nodes
-                if entry.credentials is None and self.credentials.source == "none":
-                    raise ValueError(
-                        f"bmc_nodes: node {node!r} has no credentials (set credentials on the "
-                        "provider or on its bmc_nodes entry)"
-                    )
-                endpoint = (
-                    entry.address.replace("{node}", node),
-                    entry.port or self.bmc_default_port,
-                    None if entry.system is None else entry.system.replace("{node}", node),
-                )
-                if endpoint in endpoints:
-                    raise ValueError(
-                        f"bmc_nodes: nodes {endpoints[endpoint]!r} and {node!r} have the same BMC "
-                        "address, port and system (use {node} in address or system)"
-                    )
-                endpoints[endpoint] = node
-
-    @property
-    def bmc_default_port(self) -> int:
-        """The BMC port of a bmc_nodes entry without one: IPMI 623, Redfish 443 or 80."""
-        if self.type == "redfish":
-            return 443 if self.redfish_scheme == "https" else 80
-        return 623
 
     @property
     def bmc_node_names(self) -> list[str]:

@@ -2,7 +2,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from clustermgr.kinds import ProviderKind
+
+
+def check(settings: Any) -> None:
+    """An azure provider names its subscription and resource group."""
+    if not (settings.subscription_id and settings.resource_group):
+        raise ValueError("azure providers need subscription_id and resource_group")
+
 
 KIND = ProviderKind(
     type="azure",
@@ -16,4 +25,5 @@ KIND = ProviderKind(
     sdk_loggers=("azure",),
     extra="azure",
     remote_api=True,
+    check=check,
 )
