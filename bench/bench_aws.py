@@ -20,7 +20,7 @@ from typing import Any
 import boto3
 from _common import fail, parser  # also puts the repository (tests.fakes) on sys.path
 
-from clustermgr.providers.aws import AwsProvider
+from clustermgr.providers.aws.provider import AwsProvider
 from clustermgr.providers.base import TAG_CLUSTER
 from tests.fakes.aws_harness import contract_harness
 

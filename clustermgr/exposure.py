@@ -2,7 +2,8 @@
 
 The configuration holds no cloud secret (a provider names where its credentials come
 from), but it may hold a database password in `database.url`; the files the credentials
-come from (an Azure client secret, AWS shared credentials, an OpenStack clouds.yaml) do.
+come from (an Azure client secret, and what each provider kind declares: AWS shared
+credentials, an OpenStack clouds.yaml) do.
 `clustermgr config check` prints these lines and cm-scale logs them when it starts.
 """
 
@@ -14,11 +15,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from clustermgr.config import Settings
-
-OPENSTACK_CLOUDS_FILES = (
-    Path("~/.config/openstack/clouds.yaml"),
-    Path("/etc/openstack/clouds.yaml"),
-)
+from clustermgr.kinds import kind_of
 
 
 def exposed_secret_files(
@@ -48,13 +45,9 @@ def _secret_files(
         creds = provider.credentials
         if creds.secret_file is not None:
             yield creds.secret_file, f"provider {provider.name}'s client secret"
-        if provider.type == "aws" and creds.source in ("chain", "profile"):
-            shared = environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")
-            yield Path(shared).expanduser(), f"provider {provider.name}'s AWS keys"
-        if provider.type == "openstack":
-            named = environ.get("OS_CLIENT_CONFIG_FILE")
-            for path in (Path(named),) if named else OPENSTACK_CLOUDS_FILES:
-                yield path.expanduser(), f"provider {provider.name}'s OpenStack password"
+        own = kind_of(provider.type).secret_files  # the files its kind reads secrets from
+        if own is not None:
+            yield from own(provider, environ)
 
 
 def _has_password(url: str | None) -> bool:

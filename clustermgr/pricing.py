@@ -11,9 +11,6 @@ import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-# (increment, minimum) seconds per provider type, as the clouds bill instances.
-DEFAULT_BILLING = {"aws": (1, 60), "azure": (60, 60), "openstack": (3600, 3600), "local": (1, 0)}
-
 
 @dataclass(frozen=True)
 class Price:

@@ -18,6 +18,7 @@ from collections.abc import Callable, Mapping
 
 from clustermgr import sdnotify
 from clustermgr.config import Settings
+from clustermgr.kinds import kind_of
 from clustermgr.progress import PROGRESS, Progress, Stall
 
 log = logging.getLogger("cm-scale")
@@ -96,7 +97,7 @@ def stall_limit_warnings(settings: Settings) -> list[str]:
     limit = settings.daemon.stall_timeout_s
     waits = {"[slurm] command_timeout_s": settings.slurm.command_timeout_s}
     for provider in settings.providers:
-        if provider.type in ("aws", "azure", "openstack"):
+        if kind_of(provider.type).remote_api:
             waits[f"provider {provider.name}: api_timeout_s"] = provider.api_timeout_s
     return [
         f"[daemon] stall_timeout_s = {limit:g} is not above {what} = {wait:g}: a call that "

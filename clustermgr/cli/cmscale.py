@@ -17,12 +17,8 @@ if TYPE_CHECKING:
     from clustermgr.statedir import StateOwners
 
 log = logging.getLogger("cm-scale")
-SDK_LOGGERS = (
-    "azure",
-    "botocore",
-    "boto3",
-    "openstack",
-    "keystoneauth",
+# with the SDK loggers each provider kind names (clustermgr.kinds)
+QUIET_LOGGERS = (
     "apscheduler",
     "alembic",  # its plugin set-up logs at INFO whenever the schema head is looked up
 )
@@ -56,12 +52,13 @@ def cm_scale(
     if as_json and not dry_run:  # without --dry-run it would start the daemon, which acts
         raise click.UsageError("--json only goes with --dry-run (it prints the plan as JSON)")
     from clustermgr.cli.context import AppContext
+    from clustermgr.kinds import sdk_loggers
     from clustermgr.logsafe import configure
     from clustermgr.scaling.engine import Engine
 
     configure(logging.DEBUG if debug else logging.INFO)
     if not debug:  # the SDKs log every HTTP request (and APScheduler every run) at INFO
-        for chatty in SDK_LOGGERS:
+        for chatty in (*sdk_loggers(), *QUIET_LOGGERS):
             logging.getLogger(chatty).setLevel(logging.WARNING)
     app = AppContext(config_path=config_path, db_url=db_url, debug=debug)
     settings = app.settings()

@@ -126,23 +126,23 @@ def render(
 ) -> None:
     """Print the image's user-data with the cluster's facts (no secret is ever in it)."""
     from clustermgr.directors.imagedefs import (
-        CLOUD_TYPES,
         facts_for,
         find_image,
         images_dir,
     )
     from clustermgr.errors import UsageError
+    from clustermgr.kinds import image_types
 
     settings = _settings_or_default(app)
     image = find_image(images_dir(app.settings_if_any()), name)
     if provider is None:
         provider_type = next(iter(image.definition.base), "local")
-    elif provider in CLOUD_TYPES:
+    elif provider in image_types():
         provider_type = provider
     elif any(p.name == provider for p in settings.providers):
         provider_type = settings.provider(provider).type
     else:
-        known = ", ".join([*CLOUD_TYPES, *(p.name for p in settings.providers)])
+        known = ", ".join([*image_types(), *(p.name for p in settings.providers)])
         raise UsageError(f"--provider {provider!r}: not a provider or cloud type (known: {known})")
     facts = facts_for(settings, provider_type, director_address, controller_version)
     from clustermgr.directors.imagedefs import render as render_image

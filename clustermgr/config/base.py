@@ -1,19 +1,16 @@
-"""What every settings table shares: the strict model, names, provider kinds and the
-credential sources each understands."""
+"""What every settings table shares: the strict model, names and the credential sources
+(which provider type takes which: its kind, clustermgr.kinds)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, ValidationError
 
 from clustermgr.inputs import has_control, slurm_word_problem
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
-
-
-ProviderType = Literal["aws", "azure", "openstack", "local", "ipmi", "redfish"]
 
 
 CredentialSource = Literal[
@@ -29,55 +26,19 @@ CredentialSource = Literal[
 ]
 
 
-# On-prem power providers: a BMC per node, no cloud bill.
-BMC_TYPES = ("ipmi", "redfish")
-
-
 BMC_CREDENTIAL_SOURCES = {"password_file", "password_env"}
 
 
-ONPREM_BILLING = (1, 0)
-
-
-# Which credential sources and provider-specific keys each provider type understands.
-CREDENTIAL_SOURCES: dict[str, set[str]] = {
-    "aws": {"chain", "profile"},
-    "azure": {"default", "client_secret_file", "client_secret_env"},
-    "openstack": {"clouds_yaml"},
-    "local": {"none"},
-    # "none" on the provider: every bmc_nodes entry names its own credentials
-    "ipmi": {"password_file", "password_env", "none"},
-    "redfish": {"password_file", "password_env", "none"},
-}
-
-
-NATURAL_CREDENTIALS = {
-    "aws": "chain",
-    "azure": "default",
-    "openstack": "clouds_yaml",
-    "local": "none",
-    "ipmi": "none",
-    "redfish": "none",
-}
-
-
-BMC_KEYS = {"bmc_nodes", "bmc_timeout_s", "soft_off_timeout_s", "hard_off_timeout_s"}
-
-
-# polling_interval_s is shared by azure (LRO polls) and openstack (waits for ACTIVE).
-PROVIDER_ONLY_KEYS: dict[str, set[str]] = {
-    "aws": {"launch_batch_size", "terminate_batch_size", "retry_mode"},
-    "azure": {
-        "subscription_id",
-        "resource_group",
-        "authority_host",
-        "disable_instance_discovery",
-    },
-    "openstack": set(),
-    "local": {"subnet", "state_dir"},
-    "ipmi": BMC_KEYS | {"ipmi_cipher_suite", "ipmi_privilege"},
-    "redfish": BMC_KEYS | {"redfish_scheme", "tls_verify", "tls_ca_file"},
-}
+def first_error(exc: ValidationError, unknown_key: str = "unknown key") -> str:
+    """A validation failure's first problem as one line: its message, with the value given
+    when the message does not say it (the caller names the place)."""
+    first = exc.errors()[0]
+    message = first["msg"].removeprefix("Value error, ")
+    if first["type"] == "extra_forbidden":
+        message = unknown_key
+    elif "input" in first and first["type"] not in ("missing", "value_error"):
+        message = f"{message} (got {first['input']!r})"
+    return message
 
 
 class StrictModel(BaseModel):

@@ -2,28 +2,27 @@
 
 from __future__ import annotations
 
+import builtins
 import re
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
-from pydantic import Field, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 
 from clustermgr.config.base import (
     BMC_CREDENTIAL_SOURCES,
-    BMC_TYPES,
-    CREDENTIAL_SOURCES,
     NAME_PATTERN,
-    NATURAL_CREDENTIALS,
-    ONPREM_BILLING,
-    PROVIDER_ONLY_KEYS,
     CredentialSource,
-    ProviderType,
     StrictModel,
+    first_error,
     slurm_name,
 )
 from clustermgr.hostlists import HostlistError, expand
 from clustermgr.inputs import slurm_hostlist_problem, slurm_word_problem
-from clustermgr.pricing import DEFAULT_BILLING, BillingRule, Price
+from clustermgr.kinds import ProviderKind, kind_of, kinds, unknown_type
+from clustermgr.pricing import BillingRule, Price
+
+OptionsT = TypeVar("OptionsT", bound=BaseModel)
 
 
 class Credentials(StrictModel):
@@ -54,7 +53,7 @@ class BmcNodeSettings(StrictModel):
 
     nodes: str = Field(min_length=1, description="Slurm hostlist of the nodes")
     address: str = Field(min_length=1, description="BMC host name or IP address")
-    port: int | None = Field(None, ge=1, le=65535)  # default: ProviderSettings.bmc_default_port
+    port: int | None = Field(None, ge=1, le=65535)  # default: its type's (providers/bmc/kind.py)
     system: str | None = None  # redfish: the ComputerSystem id; default: the BMC's only one
     instance_type: str = Field("onprem", pattern=NAME_PATTERN)  # the hardware class label
     credentials: Credentials | None = None  # default: the provider's credentials
@@ -78,8 +77,12 @@ class BmcNodeSettings(StrictModel):
 
 
 class ProviderSettings(StrictModel):
+    """A [[providers]] entry. `type` names a provider kind (clustermgr.kinds: a built-in or
+    an installed package's); a kind with an options model has its own keys validated by it
+    and kept in `options` (`options_as(Model)`); the built-ins' keys are fields here."""
+
     name: str = Field(pattern=NAME_PATTERN)
-    type: ProviderType
+    type: str
     region: str = Field(min_length=1)  # also every template's Slurm feature: a Slurm name
     credentials: Credentials = Credentials()
     endpoint_url: str | None = None
@@ -114,6 +117,15 @@ class ProviderSettings(StrictModel):
     redfish_scheme: Literal["https", "http"] = "https"
     tls_verify: bool = True
     tls_ca_file: Path | None = None
+    # an outside kind's own keys, validated by its options model (never set in the file)
+    options: BaseModel | None = None
+
+    @field_validator("type")
+    @classmethod
+    def _known_type(cls, type_name: str) -> str:
+        if type_name not in kinds():
+            raise ValueError(unknown_type(type_name))
+        return type_name
 
     @field_validator("region")
     @classmethod
@@ -122,22 +134,31 @@ class ProviderSettings(StrictModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _keys_of_other_types(cls, data: Any) -> Any:
-        if isinstance(data, dict) and data.get("type") in NATURAL_CREDENTIALS:
-            own = PROVIDER_ONLY_KEYS[data["type"]]
-            for keys in PROVIDER_ONLY_KEYS.values():
-                for key in sorted((keys - own) & set(data)):
-                    owners = " and ".join(k for k, ks in PROVIDER_ONLY_KEYS.items() if key in ks)
-                    raise ValueError(f"key {key!r} is only for {owners} providers")
-            creds = data.get("credentials", {})
-            if isinstance(creds, dict) and "source" not in creds:
-                natural = NATURAL_CREDENTIALS[data["type"]]
-                data = {**data, "credentials": {**creds, "source": natural}}
+    def _keys_of_its_type(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("type"), str):
+            return data
+        kind = kinds().get(data["type"])
+        if kind is None:
+            return data  # the type's own validator names it
+        if "options" in data:
+            raise ValueError(
+                "key 'options' is not a [[providers]] key (give a type's own keys "
+                "in the entry itself)"
+            )
+        for other in kinds().values():
+            for key in sorted((other.own_keys - kind.own_keys) & set(data)):
+                owners = " and ".join(t for t, k in kinds().items() if key in k.own_keys)
+                raise ValueError(f"key {key!r} is only for {owners} providers")
+        creds = data.get("credentials", {})
+        if isinstance(creds, dict) and "source" not in creds:
+            data = {**data, "credentials": {**creds, "source": kind.credential_sources[0]}}
+        if kind.options is not None:
+            data = _own_options(kind, kind.options, data)
         return data
 
     @model_validator(mode="after")
     def _credentials_fit_type(self) -> ProviderSettings:
-        allowed = CREDENTIAL_SOURCES[self.type]
+        allowed = kind_of(self.type).credential_sources
         creds = self.credentials
         if creds.source not in allowed:
             raise ValueError(
@@ -156,62 +177,26 @@ class ProviderSettings(StrictModel):
             raise ValueError("azure client secrets need credentials.tenant_id and client_id")
         if creds.source == "clouds_yaml" and not creds.cloud:
             raise ValueError("credentials.source 'clouds_yaml' needs credentials.cloud")
-        if self.type == "azure" and not (self.subscription_id and self.resource_group):
-            raise ValueError("azure providers need subscription_id and resource_group")
-        if self.type in BMC_TYPES:
-            self._check_bmc()
+        check = kind_of(self.type).check
+        if check is not None:  # what its type needs across its keys
+            check(self)
         return self
-
-    def _check_bmc(self) -> None:
-        if self.credentials.source != "none":
-            check_bmc_credentials(self.credentials, f"{self.type} provider")
-        for key in ("max_instances", "endpoint_url"):
-            if getattr(self, key) is not None:
-                raise ValueError(
-                    f"{key} is not used by {self.type} providers (bmc_nodes is the list)"
-                )
-        if not self.bmc_nodes:
-            raise ValueError(f"{self.type} providers need bmc_nodes (the nodes and their BMCs)")
-        seen: dict[str, str] = {}
-        endpoints: dict[tuple[str, int, str | None], str] = {}
-        for entry in self.bmc_nodes:
-            for node in entry.node_names:
-                if node in seen:
-                    raise ValueError(f"bmc_nodes: node {node!r} is listed twice")
-                seen[node] = entry.nodes
-                if entry.credentials is None and self.credentials.source == "none":
-                    raise ValueError(
-                        f"bmc_nodes: node {node!r} has no credentials (set credentials on the "
-                        "provider or on its bmc_nodes entry)"
-                    )
-                endpoint = (
-                    entry.address.replace("{node}", node),
-                    entry.port or self.bmc_default_port,
-                    None if entry.system is None else entry.system.replace("{node}", node),
-                )
-                if endpoint in endpoints:
-                    raise ValueError(
-                        f"bmc_nodes: nodes {endpoints[endpoint]!r} and {node!r} have the same BMC "
-                        "address, port and system (use {node} in address or system)"
-                    )
-                endpoints[endpoint] = node
-
-    @property
-    def bmc_default_port(self) -> int:
-        """The BMC port of a bmc_nodes entry without one: IPMI 623, Redfish 443 or 80."""
-        if self.type == "redfish":
-            return 443 if self.redfish_scheme == "https" else 80
-        return 623
 
     @property
     def bmc_node_names(self) -> list[str]:
         """Every node an ipmi/redfish provider powers, in configuration order."""
         return [node for entry in self.bmc_nodes for node in entry.node_names]
 
+    def options_as(self, model: builtins.type[OptionsT]) -> OptionsT:
+        """The type's own options, as its options model validated them."""
+        if not isinstance(self.options, model):
+            raise TypeError(f"provider {self.name!r} (type {self.type}) has no {model.__name__}")
+        return self.options
+
     @property
     def billing(self) -> BillingRule:
-        """The provider's billing rule: its type's default unless the config overrides it."""
-        increment, minimum = DEFAULT_BILLING.get(self.type, ONPREM_BILLING)
+        """The provider's billing rule: its kind's default unless the config overrides it."""
+        increment, minimum = kind_of(self.type).billing
         return BillingRule(
             self.billing_increment_s or increment,
             minimum if self.billing_minimum_s is None else self.billing_minimum_s,
@@ -306,4 +291,19 @@ class TemplateSettings(StrictModel):
 
 def is_onprem(provider: ProviderSettings) -> bool:
     """A provider that powers on-prem nodes through their BMCs (ipmi, redfish)."""
-    return provider.type in BMC_TYPES
+    return kind_of(provider.type).onprem
+
+
+def _own_options(
+    kind: ProviderKind, model: type[BaseModel], data: dict[str, Any]
+) -> dict[str, Any]:
+    """`data` with the kind's own keys replaced by `options`, validated by its model (the
+    first problem as one line naming the key)."""
+    mine = {key: value for key, value in data.items() if key in model.model_fields}
+    try:
+        options = model.model_validate(mine)
+    except ValidationError as exc:
+        where = ".".join(str(part) for part in exc.errors()[0]["loc"])
+        raise ValueError(f"{kind.type} option {where}: {first_error(exc)}") from None
+    rest = {key: value for key, value in data.items() if key not in mine}
+    return {**rest, "options": options}

@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import ValidationError, model_validator
 
-from clustermgr.config.base import BMC_TYPES, StrictModel
+from clustermgr.config.base import StrictModel, first_error
 from clustermgr.config.directors import DirectorSettings, ImagesSettings, LdapSettings
 from clustermgr.config.providers import ProviderSettings, TemplateSettings, is_onprem
 from clustermgr.config.sections import (
@@ -24,6 +24,7 @@ from clustermgr.config.sections import (
 )
 from clustermgr.errors import ConfigError
 from clustermgr.hostlists import compress
+from clustermgr.kinds import kind_of, offering
 
 
 class Settings(StrictModel):
@@ -56,7 +57,7 @@ class Settings(StrictModel):
                 )
             _check_power_template(template, provider, self.slurm.onprem_partitions)
             _check_volume(f"template {template.name!r}", template.volume_size_gb, provider)
-            if template.market == "spot" and provider.type in ("local", "openstack"):
+            if template.market == "spot" and "spot" not in kind_of(provider.type).capabilities:
                 raise ValueError(
                     f"template {template.name!r}: market 'spot' is not offered by "
                     f"{provider.type} provider {provider.name!r}"
@@ -150,11 +151,13 @@ def _check_power_template(
 
 
 def _check_volume(where: str, size_gb: int | None, provider: ProviderSettings) -> None:
-    """A root volume size only where the provider can size one (aws, azure, openstack)."""
-    if size_gb is not None and (provider.type == "local" or provider.type in BMC_TYPES):
+    """A root volume size only where the provider's kind can size one."""
+    if size_gb is not None and "root_volume" not in kind_of(provider.type).capabilities:
+        able = offering("root_volume")
+        only = f"{', '.join(able[:-1])} and {able[-1]}" if len(able) > 1 else "".join(able)
         raise ValueError(
             f"{where}: volume_size_gb is set, but {provider.type} provider {provider.name!r} "
-            "cannot size a root volume (only aws, azure and openstack can): remove it"
+            f"cannot size a root volume (only {only} can): remove it"
         )
 
 
@@ -173,7 +176,7 @@ def _check_directors(
             raise ValueError(
                 f"{where}: provider {director.provider!r} is not defined (known: {known})"
             )
-        if provider.type in BMC_TYPES:
+        if is_onprem(provider):
             raise ValueError(f"{where}: provider {provider.name!r} is on-prem; it has no director")
         _check_volume(where, director.volume_size_gb, provider)
         if director.region is not None and director.region != provider.region:
@@ -230,13 +233,10 @@ def parse_settings(data: dict[str, Any], source: str = "<config>") -> Settings:
     try:
         return Settings.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        location = _dotted(first["loc"], data)
-        message = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            message = "unknown key (check the spelling against etc/clustermgr.toml.example)"
-        elif "input" in first and first["type"] not in ("missing", "value_error"):
-            message = f"{message} (got {first['input']!r})"
+        location = _dotted(exc.errors()[0]["loc"], data)
+        message = first_error(
+            exc, "unknown key (check the spelling against etc/clustermgr.toml.example)"
+        )
         where = f"{source}: {location}: " if location else f"{source}: "
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ConfigError(f"{where}{message}{more}") from None

@@ -15,16 +15,16 @@ import os
 import tomllib
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from clustermgr.bootstrap import AtTemplate, BootstrapFacts, bootstrap_facts, render_bootstrap
 from clustermgr.config import NAME_PATTERN, Settings
+from clustermgr.config.base import first_error
 from clustermgr.errors import ConfigError, NotFoundError
+from clustermgr.kinds import image_types
 
 IMAGES_DIR_ENV = "CLUSTERMGR_IMAGES_DIR"
-CLOUD_TYPES = ("aws", "azure", "openstack", "local")
 
 
 class _Strict(BaseModel):
@@ -54,8 +54,19 @@ class ImageDefinition(_Strict):
     tree: Path  # the software image tree on the head node
     director_path: str = Field("/srv/clustermgr/image", pattern=r"^/")  # its copy, on a director
     user_data: str = Field(min_length=1)  # a template file next to the TOML
-    base: dict[Literal["aws", "azure", "openstack", "local"], BaseImage] = {}
+    base: dict[str, BaseImage] = {}  # by provider type: one that boots images (not on-prem)
     nfs_mounts: list[NfsMount] = []
+
+    @field_validator("base")
+    @classmethod
+    def _cloud_types(cls, base: dict[str, BaseImage]) -> dict[str, BaseImage]:
+        for type_name in base:
+            if type_name not in image_types():
+                raise ValueError(
+                    f"{type_name!r} is not a provider type that boots an image "
+                    f"(known: {', '.join(image_types())})"
+                )
+        return base
 
     @field_validator("tree")
     @classmethod
@@ -115,13 +126,8 @@ def load_image(path: Path) -> LoadedImage:
     try:
         definition = ImageDefinition.model_validate(data)
     except ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"]) or "(top level)"
-        message = first["msg"].removeprefix("Value error, ")
-        if first["type"] == "extra_forbidden":
-            message = "unknown key"
-        elif "input" in first and first["type"] not in ("missing", "value_error"):
-            message = f"{message} (got {first['input']!r})"
+        where = ".".join(str(part) for part in exc.errors()[0]["loc"]) or "(top level)"
+        message = first_error(exc)
         more = f" (and {exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
         raise ConfigError(f"{path}: {where}: {message}{more}") from None
     if definition.name != path.stem:

@@ -1,8 +1,8 @@
-"""Find policies: built-in names, the `clustermgr.policies` entry points, or a file path."""
+"""Find policies: a `clustermgr.policies` entry point (the built-ins are registered there
+too, in pyproject.toml, the way an outside package registers its own), or a file path."""
 
 from __future__ import annotations
 
-import importlib
 import importlib.util
 import inspect
 from importlib.metadata import entry_points
@@ -13,31 +13,19 @@ from clustermgr.config import PolicyRef
 from clustermgr.errors import ConfigError
 from clustermgr.policy.base import Policy
 
-BUILTIN = {
-    "queue_depth": "clustermgr.policies.queue_depth:QueueDepth",
-    "idle_timeout": "clustermgr.policies.idle_timeout:IdleTimeout",
-    "min_max": "clustermgr.policies.min_max:MinMax",
-    "budget_cap": "clustermgr.policies.budget_cap:BudgetCap",
-    "onprem_first": "clustermgr.policies.onprem_first:OnpremFirst",
-    "spot_fallback": "clustermgr.policies.spot_fallback:SpotFallback",
-}
-
 
 def policy_class(ref: PolicyRef) -> type[Any]:
     if ref.path is not None:
         return _from_file(ref.name, ref.path)
-    target = BUILTIN.get(ref.name)
-    if target is not None:
-        module_name, _, attr = target.partition(":")
-        cls: type[Any] = getattr(importlib.import_module(module_name), attr)
-        return cls
-    for entry in entry_points(group="clustermgr.policies"):
+    entries = entry_points(group="clustermgr.policies")
+    for entry in entries:
         if entry.name == ref.name:
             loaded: type[Any] = entry.load()
             return loaded
-    known = ", ".join(sorted(BUILTIN))
+    known = ", ".join(sorted(set(entries.names)))
     raise ConfigError(
-        f"policy {ref.name!r}: not built in ({known}), no entry point; give `path` to load a file"
+        f"policy {ref.name!r}: not built in or installed (known, the `clustermgr.policies` "
+        f"entry points: {known}); give `path` to load a file"
     )
 
 

@@ -6,12 +6,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
+from clustermgr.kinds import onprem_types
 from clustermgr.lifecycle import ACTIVE_CLOUD_STATES, NodeState
 from clustermgr.policy.decision import ScaleDecision
 from clustermgr.pricing import BillingRule, Price, price_of
 from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
-
-ONPREM_PROVIDER_TYPES = frozenset({"ipmi", "redfish"})
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ class TemplateView:
     @property
     def onprem(self) -> bool:
         """Its nodes are on-prem machines whose power a BMC controls."""
-        return self.provider_type in ONPREM_PROVIDER_TYPES
+        return self.provider_type in onprem_types()
 
     @property
     def blocked(self) -> str | None:

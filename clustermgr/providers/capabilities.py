@@ -8,6 +8,8 @@ offers it from its provider class:
     @classmethod
     def capabilities(cls, settings: ProviderSettings) -> Sequence[object]: ...
 
+A kind declares the ones its type offers (`machine_image_copy`, `object_store` in its
+`ProviderKind.capabilities`), so a type that offers none is answered without importing it.
 `find_machine_images`, `machine_images` and `object_storage` ask the provider type of a
 `[[providers]]` entry for one capability, so directors and staging never import a cloud's
 package (the import contract forbids it); a type that does not offer it is one ConfigError
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from clustermgr.errors import ConfigError, ProviderError
+from clustermgr.kinds import kind_of
 from clustermgr.providers.registry import provider_class
 
 if TYPE_CHECKING:
@@ -94,6 +97,8 @@ def capabilities(settings: ProviderSettings) -> Sequence[object]:
 
 def find_machine_images(settings: ProviderSettings) -> MachineImages | None:
     """The provider's machine-image copy, or None when its type does not offer one."""
+    if "machine_image_copy" not in kind_of(settings.type).capabilities:
+        return None  # as its kind declares, without importing the provider
     found = [c for c in capabilities(settings) if isinstance(c, MachineImages)]
     return found[0] if found else None
 
@@ -107,6 +112,8 @@ def machine_images(settings: ProviderSettings) -> MachineImages:
 
 def object_storage(settings: ProviderSettings) -> ObjectStorage:
     """The provider's object store; one ConfigError line when its type offers none."""
+    if "object_store" not in kind_of(settings.type).capabilities:
+        raise missing(settings, "object storage")
     found = [c for c in capabilities(settings) if isinstance(c, ObjectStorage)]
     if not found:
         raise missing(settings, "object storage")

@@ -1,51 +1,34 @@
-"""Find a provider class by type: built-ins first, then the `clustermgr.providers` entry points."""
+"""Find a provider class by type: the kind its package declares (clustermgr.kinds, read from
+the `clustermgr.providers` entry points, built-in and outside alike), then its class,
+imported only now."""
 
 from __future__ import annotations
 
 import importlib
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, cast
 
 from clustermgr.errors import ConfigError
+from clustermgr.kinds import kind_of
 
 if TYPE_CHECKING:
     from clustermgr.config import ProviderSettings
     from clustermgr.providers.base import Provider, ProviderFactory
 
-BUILTIN = {
-    "aws": "clustermgr.providers.aws:AwsProvider",
-    "azure": "clustermgr.providers.azure:AzureProvider",
-    "openstack": "clustermgr.providers.openstack:OpenStackProvider",
-    "local": "clustermgr.providers.local:LocalProvider",
-    "ipmi": "clustermgr.providers.bmc.ipmi:IpmiProvider",
-    "redfish": "clustermgr.providers.bmc.redfish:RedfishProvider",
-}
-EXTRA_FOR = {
-    "aws": "aws",
-    "azure": "azure",
-    "openstack": "openstack",
-    "ipmi": "onprem",
-    "redfish": "onprem",
-}
 
-
-def provider_class(kind: str) -> ProviderFactory:
-    target = BUILTIN.get(kind)
-    if target is None:
-        found = [ep for ep in entry_points(group="clustermgr.providers") if ep.name == kind]
-        if not found:
-            raise ConfigError(f"unknown provider type {kind!r}: not built in, no entry point")
-        return cast("ProviderFactory", found[0].load())
-    module_name, _, attr = target.partition(":")
+def provider_class(type_name: str) -> ProviderFactory:
+    kind = kind_of(type_name)
+    module_name, _, attr = kind.provider.partition(":")
     try:
         module = importlib.import_module(module_name)
     except ModuleNotFoundError as exc:
-        extra = EXTRA_FOR.get(kind, kind)
+        install = f"pip install 'clustermgr[{kind.extra}]'" if kind.extra else "install it"
         raise ConfigError(
-            f"provider type {kind!r} needs the Python package {exc.name!r}: "
-            f"pip install 'clustermgr[{extra}]'"
+            f"provider type {type_name!r} needs the Python package {exc.name!r}: {install}"
         ) from None
-    return cast("ProviderFactory", getattr(module, attr))
+    found = getattr(module, attr, None)
+    if found is None:
+        raise ConfigError(f"provider type {type_name!r}: {kind.provider} does not exist")
+    return cast("ProviderFactory", found)
 
 
 def make_provider(settings: ProviderSettings, cluster: str) -> Provider:

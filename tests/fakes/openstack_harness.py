@@ -13,8 +13,8 @@ from typing import Any
 from clustermgr.config import ProviderSettings
 from clustermgr.errors import ErrorKind
 from clustermgr.providers.base import LaunchSpec, Provider
-from clustermgr.providers.openstack import OpenStackProvider
 from clustermgr.providers.openstack.client import Timing
+from clustermgr.providers.openstack.provider import OpenStackProvider
 from clustermgr.providers.registry import make_provider
 from tests.fakes.openstack_fake import FakeOpenStack
 

@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from clustermgr.errors import ErrorKind, ProviderError
-from clustermgr.providers.azure import AzureProvider
+from clustermgr.providers.azure.provider import AzureProvider
 from clustermgr.providers.azure.shapes import names_for
 from clustermgr.providers.base import TAG_NODE, InstanceState
 from tests.fakes.azure_harness import CLUSTER, AzureHarness, ca_bundle_env, contract_harness

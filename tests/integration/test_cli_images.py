@@ -108,7 +108,7 @@ HEAD = 'name = "bad"\ntree = "/t"\nuser_data = "x.tmpl"\n'
 BAD_IMAGES = [
     ('name = "bad"\ntree = "rel/path"\nuser_data = "x.tmpl"\n', "bad.toml: tree: "),
     (HEAD + "colour = 1\n", "bad.toml: colour: unknown key"),
-    (HEAD + '[base.vmware]\nimage = "x"\n', "bad.toml: base.vmware"),
+    (HEAD + '[base.vmware]\nimage = "x"\n', "bad.toml: base: 'vmware' is not a provider type"),
     (HEAD + '[base.aws]\nregion = "r"\n', "bad.toml: base.aws.image: "),
     (HEAD.replace("x.tmpl", "missing.tmpl"), "bad.toml: user_data: cannot read"),
     (HEAD.replace('"bad"', '"other"'), "bad.toml: name: 'other' must match"),

@@ -16,7 +16,7 @@ import pytest
 
 from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import TAG_CLUSTER, TAG_NODE, TAG_REQUEST, InstanceState
-from clustermgr.providers.openstack import OpenStackProvider
+from clustermgr.providers.openstack.provider import OpenStackProvider
 from tests.fakes.openstack_fake import FakeOpenStack, remote_control
 from tests.fakes.openstack_harness import (
     FAST,

@@ -11,7 +11,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -54,6 +54,12 @@ class BurstLabSpec:
     # `cm-scale --serve-munge-key` for the lab's life (cycles run with --once); False when
     # the test runs the cm-scale daemon, which serves the key itself
     serve_munge_key: bool = True
+    # the [[providers]] entry's type and own keys (after its name and region); None: the
+    # local provider on `subnet`, state in the lab's state dir (an outside provider that
+    # runs the same instances names them by its own keys)
+    provider_toml: str | None = None
+    # more environment for every command and hook (PYTHONPATH to an installed package)
+    extra_env: Mapping[str, str] = field(default_factory=dict)
 
 
 class BurstLab:
@@ -150,15 +156,16 @@ class BurstLab:
             type="local",
             region="here",
             subnet=self.spec.subnet,
-            state_dir=self.state_dir / "local",
+            state_dir=self.local_state_dir,
         )
 
     def _hook_wrapper(self, kind: str) -> Path:
         """slurmctld runs hooks with a bare environment: a wrapper names our config."""
         path = self.workdir / f"hook-{kind}"
         program = self.bin_dir / f"clustermgr-slurm-{kind}"
+        extra = "".join(f"{name}='{value}' " for name, value in self.spec.extra_env.items())
         path.write_text(
-            f"#!/bin/sh\nCLUSTERMGR_CONFIG='{self.config_path}' exec '{program}' \"$@\"\n"
+            f"#!/bin/sh\n{extra}CLUSTERMGR_CONFIG='{self.config_path}' exec '{program}' \"$@\"\n"
         )
         path.chmod(0o755)
         return path
@@ -181,10 +188,8 @@ command_timeout_s = 30
 
 [[providers]]
 name = "local"
-type = "local"
 region = "here"
-subnet = "{s.subnet}"
-state_dir = "{self.state_dir / "local"}"
+{s.provider_toml or self._local_provider_toml()}
 
 [[templates]]
 name = "local-gpu"
@@ -216,12 +221,22 @@ metrics_port = {s.metrics_port}
 """
         self.config_path.write_text(text + s.extra_toml)
 
+    def _local_provider_toml(self) -> str:
+        return (
+            f'type = "local"\nsubnet = "{self.spec.subnet}"\nstate_dir = "{self.local_state_dir}"'
+        )
+
+    @property
+    def local_state_dir(self) -> Path:
+        return self.state_dir / "local"
+
     # --- commands ------------------------------------------------------------------------
 
     @property
     def env(self) -> dict[str, str]:
         assert self.lab is not None
-        return {**os.environ, **self.lab.env, "CLUSTERMGR_CONFIG": str(self.config_path)}
+        config = {"CLUSTERMGR_CONFIG": str(self.config_path)}
+        return {**os.environ, **self.lab.env, **self.spec.extra_env, **config}
 
     def clustermgr(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         return self._run([str(self.bin_dir / "clustermgr"), *args], check)

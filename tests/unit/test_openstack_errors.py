@@ -16,7 +16,6 @@ from openstack import exceptions as sdk
 from clustermgr.config import ProviderSettings
 from clustermgr.errors import ErrorKind
 from clustermgr.providers.base import TAG_NODE, InstanceState, LaunchError
-from clustermgr.providers.openstack import OpenStackProvider
 from clustermgr.providers.openstack.client import Timing, timing_for
 from clustermgr.providers.openstack.errors import (
     ERROR_KINDS,
@@ -24,6 +23,7 @@ from clustermgr.providers.openstack.errors import (
     fault_failure,
     is_not_found,
 )
+from clustermgr.providers.openstack.provider import OpenStackProvider
 from clustermgr.providers.openstack.shapes import (
     gpus_of,
     instance_of,

@@ -1,5 +1,5 @@
-"""AWS: EC2 instant fleets (RunInstances where CreateFleet is not offered); see provider.py."""
+"""AWS: EC2 instant fleets (RunInstances where CreateFleet is not offered); see provider.py.
 
-from clustermgr.providers.aws.provider import AwsProvider
-
-__all__ = ["AwsProvider"]
+`kind.py` declares the type (the `clustermgr.providers` entry point) without importing the
+SDK; the provider class is in provider.py, imported only when a provider is made.
+"""

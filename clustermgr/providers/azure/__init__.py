@@ -1,5 +1,5 @@
-"""Azure: single VMs, each with its own NIC, in one resource group; see provider.py."""
+"""Azure: single VMs, each with its own NIC, in one resource group; see provider.py.
 
-from clustermgr.providers.azure.provider import AzureProvider
-
-__all__ = ["AzureProvider"]
+`kind.py` declares the type (the `clustermgr.providers` entry point) without importing the
+SDK; the provider class is in provider.py, imported only when a provider is made.
+"""

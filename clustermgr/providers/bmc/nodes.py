@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clustermgr.errors import ProviderError
+from clustermgr.providers.bmc.kind import default_port
 from clustermgr.providers.skeleton import auth_error
 from clustermgr.secret import Secret
 
@@ -62,7 +63,7 @@ def bmc_nodes(settings: ProviderSettings) -> dict[str, BmcNode]:
     for entry in settings.bmc_nodes:
         creds = entry.credentials or settings.credentials
         for name in entry.node_names:
-            nodes[name] = _node(entry, creds, name, settings.bmc_default_port)
+            nodes[name] = _node(entry, creds, name, default_port(settings))
     return nodes
 
 

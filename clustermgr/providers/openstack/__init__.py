@@ -1,5 +1,5 @@
-"""OpenStack: Nova servers in one region of one clouds.yaml cloud; see provider.py."""
+"""OpenStack: Nova servers in one region of one clouds.yaml cloud; see provider.py.
 
-from clustermgr.providers.openstack.provider import OpenStackProvider
-
-__all__ = ["OpenStackProvider"]
+`kind.py` declares the type (the `clustermgr.providers` entry point) without importing the
+SDK; the provider class is in provider.py, imported only when a provider is made.
+"""

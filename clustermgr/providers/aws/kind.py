@@ -1,0 +1,32 @@
+"""The aws provider type, as the configuration and the registry see it (no SDK import)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from clustermgr.kinds import ProviderKind
+
+
+def secret_files(settings: Any, environ: Mapping[str, str]) -> Iterator[tuple[Path, str]]:
+    """The shared credentials file the chain and a profile read keys from."""
+    if settings.credentials.source in ("chain", "profile"):
+        shared = environ.get("AWS_SHARED_CREDENTIALS_FILE", "~/.aws/credentials")
+        yield Path(shared).expanduser(), f"provider {settings.name}'s AWS keys"
+
+
+KIND = ProviderKind(
+    type="aws",
+    provider="clustermgr.providers.aws.provider:AwsProvider",
+    credential_sources=("chain", "profile"),
+    billing=(1, 60),
+    capabilities=frozenset(
+        {"spot", "placement", "root_volume", "machine_image_copy", "object_store"}
+    ),
+    keys=frozenset({"launch_batch_size", "terminate_batch_size", "retry_mode"}),
+    sdk_loggers=("botocore", "boto3"),
+    extra="aws",
+    remote_api=True,
+    secret_files=secret_files,
+)
