@@ -7,8 +7,6 @@
       cm-scale.sock            root:SLURM 0660  SlurmUser pokes the daemon
       leader/                  root:root  0700
         cm-scale.lock          root:root  0600  the SQLite leader lock
-      staging.key              root:root  0600  users' rsync passwords derive from it
-                                                (made by clustermgr.staging.rsyncd_auth)
 
 SLURM is SlurmUser's primary group, ADMIN the group `[daemon] admin_group` names. Run as
 anyone but root (a developer's own state directory), the modes are set but owners are not.

@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from sqlalchemy import select
@@ -430,7 +430,7 @@ class Ledger:
         machine) their `<node_root>/<user>`, 0700, theirs. "" for a local directory."""
         if not rsyncd_auth.is_daemon_url(region.rsync_target) or region.rsyncd_secrets is None:
             return ""
-        key = rsyncd_auth.staging_key(self.settings.daemon.state_dir)
+        key = rsyncd_auth.staging_key(Path(self.settings.slurm.munge_key_path))
         secret = rsyncd_auth.grant(region.rsyncd_secrets, key, who.name)
         provider = self.settings.provider(region.provider)
         if provider.type == "local" and region.node_root:

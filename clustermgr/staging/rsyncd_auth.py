@@ -3,9 +3,9 @@
 The director serves one static module, `[clustermgr-staging]`, whose path is
 `<staging root>/%RSYNC_USER_NAME%`, chrooted, run as that user, `auth users = root:deny, *`,
 checked against a `secrets file` (docs/staging.md, "The director's staging module"). A
-user's password there is an HMAC of the staging key (32 random bytes made once in the
-state directory, root 0600) and the user's name, so the same on every head and after a
-restart. The staging service writes `user:password` lines for the users who stage into
+user's password there is an HMAC of the staging key (derived from the munge key, which
+every head holds) and the user's name, so the same on every head, after a restart and
+after a takeover. The staging service writes `user:password` lines for the users who stage into
 the region's `rsyncd_secrets` file (an atomic replace, root 0600) and hands a user their
 own password only in the authenticated `begin` answer; the transfer job gives it to rsync
 through RSYNC_PASSWORD (never argv, never logged, never a database row).
@@ -21,7 +21,6 @@ import hashlib
 import hmac
 import os
 import re
-import secrets
 import stat
 import threading
 from collections.abc import Iterator
@@ -29,8 +28,6 @@ from pathlib import Path
 
 from clustermgr.errors import StagingError
 
-KEY_FILE = "staging.key"  # under [daemon] state_dir, root 0600
-KEY_BYTES = 32
 PASSWORD_ENV = "RSYNC_PASSWORD"  # noqa: S105 (the variable's name, not a password)
 # a user name the secrets file and the module's path can hold as is
 USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")
@@ -75,53 +72,20 @@ def check_user(user: str) -> str:
 # --- the staging key and the passwords --------------------------------------------------
 
 
-def staging_key(state_dir: Path) -> bytes:
-    """The staging key, made once (root 0600); one that is not a regular file of ours, or
-    is open to others, is refused (one line), never used."""
-    path = state_dir / KEY_FILE
-    with _lock:
-        try:
-            if not path.exists():
-                _make_key(path)
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
-        except OSError as exc:
-            raise StagingError(f"staging key {path}: {exc.strerror or exc}") from None
-        try:
-            info = os.fstat(fd)
-            if (
-                not stat.S_ISREG(info.st_mode)
-                or info.st_uid != os.geteuid()
-                or stat.S_IMODE(info.st_mode) & 0o077
-            ):
-                raise StagingError(
-                    f"staging key {path}: must be a regular file of uid {os.geteuid()}, mode "
-                    "0600; remove it (a new one is made, users' rsync passwords change)"
-                )
-            key = os.read(fd, KEY_BYTES + 1)
-        finally:
-            os.close(fd)
-    if len(key) != KEY_BYTES:
-        raise StagingError(f"staging key {path}: not {KEY_BYTES} bytes; remove it")
-    return key
-
-
-def _make_key(path: Path) -> None:
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    scratch = path.with_name(f".{KEY_FILE}.{os.getpid()}.{threading.get_ident()}")
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(scratch, flags, 0o600)
+def staging_key(munge_key_path: Path) -> bytes:
+    """The staging key: derived from the munge key (HMAC-SHA256 for this one purpose), so
+    every head computes the same key, and users' passwords stay the same across a
+    takeover, with nothing more to keep or copy. One line when the key cannot be read."""
     try:
-        os.fchmod(fd, 0o600)
-        os.write(fd, secrets.token_bytes(KEY_BYTES))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    try:
-        os.link(scratch, path)  # never replaces a key another head made meanwhile
-    except FileExistsError:
-        pass
-    finally:
-        os.unlink(scratch)
+        munge_key = munge_key_path.read_bytes()
+    except OSError as exc:
+        raise StagingError(
+            f"users' rsync passwords: cannot read the munge key {munge_key_path}: "
+            f"{exc.strerror or exc} (cm-scale runs as root; [slurm] munge_key_path)"
+        ) from None
+    if not munge_key:
+        raise StagingError(f"users' rsync passwords: the munge key {munge_key_path} is empty")
+    return hmac.new(munge_key, b"clustermgr staging: rsync daemon passwords", "sha256").digest()
 
 
 def password(key: bytes, user: str) -> str:

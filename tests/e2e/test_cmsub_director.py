@@ -217,7 +217,8 @@ def test_a_tree_goes_in_and_back_through_the_lab_director(
     assert not any((home / stage_id).iterdir())  # emptied after the verified stage-out
     # the password went to the director's secrets file and the job, nowhere else
     secrets = Path(str(load_settings(burst.config_path).staging.regions[0].rsyncd_secrets))
-    key = (burst.state_dir / rsyncd_auth.KEY_FILE).read_bytes()
+    settings = load_settings(burst.config_path)
+    key = rsyncd_auth.staging_key(Path(settings.slurm.munge_key_path))
     secret = rsyncd_auth.password(key, TEST_USER)
     assert secrets.read_text() == f"{TEST_USER}:{secret}\n"
     assert stat.S_IMODE(secrets.stat().st_mode) == 0o600

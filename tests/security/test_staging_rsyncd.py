@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import pwd
 import shutil
 import sqlite3
 import stat
@@ -59,7 +60,7 @@ class DaemonLab:
     stage: StageLab
     daemon: RsyncDaemon
     secrets: Path
-    key: Path
+    key: bytes  # the staging key (derived from the machine's munge key)
     argv_log: Path
 
     def url(self, user: str, path: str = "") -> str:
@@ -124,10 +125,16 @@ def dlab(accounts: Accounts, caplog: pytest.LogCaptureFixture) -> Iterator[Daemo
                     director.private_address = "127.0.0.1"
                     director.state = DirectorState.READY.value  # as the lifecycle leaves it
                 assert bin_dir.is_dir()
-                key = root / "state" / rsyncd_auth.KEY_FILE
+                key = rsyncd_auth.staging_key(munge_key_of(stage))
                 yield DaemonLab(stage, daemon, secrets, key, argv_log)
     finally:
         shutil.rmtree(root, ignore_errors=True)
+
+
+def munge_key_of(stage: StageLab) -> Path:
+    """The munge key the staging service derives users' passwords from (the machine's)."""
+    settings = load_settings(Path(stage.env["CLUSTERMGR_CONFIG"]))
+    return Path(settings.slurm.munge_key_path)
 
 
 def own_password(lab: DaemonLab, user: Account, where: Path) -> tuple[str, dict[str, object]]:
@@ -170,7 +177,7 @@ def test_a_tree_goes_in_and_back_through_the_module_as_the_user(
     assert all(p.stat().st_uid == alice.uid for p in (alice_dir / "results").rglob("*"))
     assert not any((home / stage_id).iterdir())  # emptied after the verified stage-out
 
-    secret = rsyncd_auth.password(dlab.key.read_bytes(), alice.name)
+    secret = rsyncd_auth.password(dlab.key, alice.name)
     assert f"{alice.name}:{secret}\n" in dlab.secrets.read_text()
     calls = dlab.argv_log.read_text().splitlines()
     to_daemon = [c for c in calls if f"rsync://{alice.name}@127.0.0.1:" in c]
@@ -241,7 +248,7 @@ def test_mallory_cannot_reach_alices_area_through_the_module(
     alice_area = lab.area_root / alice.name / stage_id
     before = sha256_tree(alice_area)
     mine, _chain = own_password(dlab, mallory, mallory_dir)
-    alice_secret = rsyncd_auth.password(dlab.key.read_bytes(), alice.name)
+    alice_secret = rsyncd_auth.password(dlab.key, alice.name)
     assert mine != alice_secret
     loot = mallory_dir / "loot"
     bait = mallory_dir / "bait.txt"
@@ -299,16 +306,17 @@ def test_begin_never_hands_out_another_users_password(
         claim = {"op": "begin", "args": {"transfer": number, "user": alice.name, "uid": alice.uid}}
         assert alice_secret not in json.dumps(lab.raw(mallory, claim))
     mine, _chain = own_password(dlab, mallory, mallory_dir)
-    assert mine == rsyncd_auth.password(dlab.key.read_bytes(), mallory.name) != alice_secret
+    assert mine == rsyncd_auth.password(dlab.key, mallory.name) != alice_secret
 
 
-def test_the_secrets_file_and_the_staging_key_are_root_0600(
+def test_the_secrets_file_is_root_0600_and_the_key_is_the_munge_keys(
     dlab: DaemonLab, accounts: Accounts, alice_dir: Path
 ) -> None:
     own_password(dlab, accounts.victim, alice_dir)
-    for path in (dlab.secrets, dlab.key):
+    for path in (dlab.secrets, munge_key_of(dlab.stage)):
         info = path.stat()
-        assert (info.st_uid, info.st_gid, stat.S_IMODE(info.st_mode)) == (0, 0, 0o600), path
+        owners = (0, pwd.getpwnam("munge").pw_uid)  # root's secrets file, munge's key
+        assert stat.S_IMODE(info.st_mode) & 0o077 == 0 and info.st_uid in owners, path
         for user in (accounts.victim, accounts.attacker):
             read = as_user(user.name, ["cat", str(path)])
             assert read.returncode != 0 and not read.stdout

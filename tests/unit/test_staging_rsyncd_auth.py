@@ -42,22 +42,22 @@ def test_root_and_odd_names_get_no_daemon_area(user: str) -> None:
         password(b"k" * 32, user)
 
 
-def test_the_key_is_made_once_root_only_and_a_loose_one_refused(tmp_path: Path) -> None:
-    key = staging_key(tmp_path / "state")
-    path = tmp_path / "state" / rsyncd_auth.KEY_FILE
-    info = path.stat()
-    assert len(key) == 32 and stat.S_IMODE(info.st_mode) == 0o600
-    assert info.st_uid == os.geteuid()
-    assert staging_key(tmp_path / "state") == key  # the same after a restart
+def test_every_head_derives_the_same_key_from_the_munge_key(tmp_path: Path) -> None:
+    """Two heads (each its own state dir) hold the same munge key: the same staging key, so
+    users' passwords survive a takeover; another cluster's munge key gives another."""
+    munge = tmp_path / "munge.key"
+    munge.write_bytes(os.urandom(1024))
+    key = staging_key(munge)
+    assert len(key) == 32 and staging_key(munge) == key
     assert password(key, "alice") != password(key, "bob")
-    assert password(key, "alice") != password(os.urandom(32), "alice")
-    path.chmod(0o644)
-    with pytest.raises(StagingError, match="mode 0600"):
-        staging_key(tmp_path / "state")
-    path.unlink()
-    path.symlink_to(tmp_path / "elsewhere")
-    with pytest.raises(StagingError):
-        staging_key(tmp_path / "state")
+    other = tmp_path / "other.key"
+    other.write_bytes(os.urandom(1024))
+    assert password(staging_key(other), "alice") != password(key, "alice")
+    with pytest.raises(StagingError, match=r"cannot read the munge key .*missing"):
+        staging_key(tmp_path / "missing")
+    (tmp_path / "empty").write_bytes(b"")
+    with pytest.raises(StagingError, match="is empty"):
+        staging_key(tmp_path / "empty")
 
 
 def test_the_secrets_file_gets_a_line_per_user_root_0600(tmp_path: Path) -> None:
