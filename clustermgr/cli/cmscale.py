@@ -132,9 +132,7 @@ def record_once(engine: object, report: object) -> None:
     import socket as socketlib
     from datetime import UTC, datetime
 
-    from sqlalchemy import func, select
-
-    from clustermgr.db.models import DaemonStatus, InstanceRun
+    from clustermgr.db.models import DaemonStatus
     from clustermgr.metrics import pending_gpus
     from clustermgr.scaling.engine import CycleReport, Engine
 
@@ -152,10 +150,6 @@ def record_once(engine: object, report: object) -> None:
             if report.view is not None:
                 row.pending_jobs = sum(j.array_tasks for j in report.view.pending)
                 row.pending_gpus = pending_gpus(report.view)
-            open_price = select(func.coalesce(func.sum(InstanceRun.hourly_price), 0.0)).where(
-                InstanceRun.ended_at.is_(None)
-            )
-            row.hourly_cost = float(session.scalar(open_price) or 0.0)
             session.add(row)
     except ClusterMgrError as exc:  # the cycle is done; only its record is missing
         log.warning("cycle not recorded for `clustermgr status`: %s", exc)

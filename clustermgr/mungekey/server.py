@@ -178,12 +178,14 @@ class KeyServer(ThreadingHTTPServer):
             tls.close()
 
     def answer(self, token: str, peer: str) -> tuple[int, bytes]:
-        key_path = Path(self.settings.slurm.munge_key_path)
         try:
-            verdict = redeem(
-                self.database, read_key(key_path), token, peer, self.window_of, self.clock()
-            )
-        except (ClusterMgrError, OSError) as exc:
+            key = read_key(Path(self.settings.slurm.munge_key_path))
+        except OSError as exc:
+            log.error("munge key for %s: cannot read it: %s", peer, exc)
+            return 503, b"refused\n"
+        try:
+            verdict = redeem(self.database, key, token, peer, self.window_of, self.clock())
+        except ClusterMgrError as exc:
             log.warning("munge key refused to %s: cannot check its token: %s", peer, exc)
             return 503, b"refused\n"
         finally:
@@ -193,11 +195,6 @@ class KeyServer(ThreadingHTTPServer):
         if not verdict.granted:
             log.warning("munge key refused to %s%s: %s", peer, request, verdict.why)
             return 403, b"refused\n"
-        try:
-            key = read_key(key_path)
-        except OSError as exc:
-            log.error("munge key for %s%s: cannot read it: %s", peer, request, exc)
-            return 503, b"refused\n"
         log.info("munge key handed to %s%s", peer, request)
         return 200, key
 
