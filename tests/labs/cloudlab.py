@@ -420,6 +420,7 @@ class CloudLab:
             sinfo = ("sinfo", "-N", "-h", "-o", "%N %T %o %E")  # %o: NodeAddr
             parts.append(self.slurm.run(*sinfo, check=False).stdout)
             parts.append("slurmctld: " + self.slurm.log_tail(25))
+            parts.append(self.slurm.controller_state())
         if self.agent is not None:
             parts.append("boot agent: " + "; ".join(self.agent.log + self.agent.errors))
         parts.append(self.clustermgr("nodes", "list", check=False).stdout)

@@ -147,6 +147,10 @@ def _acquire_munge(timeout: float) -> None:
         if munge_works():
             return
         try:
+            # a munged that lives but is slow to answer is waited for: a second `munged
+            # --force` would take its socket from under every lab that uses it
+            if _running_munged() is not None and _answers_within(min(timeout, 15)):
+                return
             _start_munged(timeout)
         except BaseException:
             _munge_users -= 1
@@ -194,8 +198,34 @@ def _release_munge() -> None:
                 marker.unlink(missing_ok=True)  # a process that died holding it
         started = _munge_started_by_tests()
         if started is not None:
-            stop_pid(started, STOP_TIMEOUT_S)
+            if _comm(started) == "munged":  # pid_max is 32768 here: a stale pid is reused soon
+                stop_pid(started, STOP_TIMEOUT_S)
             MUNGE_STARTED.unlink(missing_ok=True)
+
+
+def _answers_within(timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if munge_works():
+            return True
+        time.sleep(0.2)
+    return False
+
+
+def _running_munged() -> int | None:
+    """The pid of the munged this machine runs (its pid file), if that process lives."""
+    with contextlib.suppress(OSError, ValueError):
+        pid = int(MUNGE_PID_FILE.read_text().strip())
+        if _comm(pid) == "munged":
+            return pid
+    return None
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return ""
 
 
 # --- processes ------------------------------------------------------------------------
@@ -510,9 +540,25 @@ class SlurmLab:
             raise SlurmLabError(f"{' '.join(argv)} timed out after {timeout:.0f} s") from None
         if check and done.returncode != 0:
             raise SlurmLabError(
-                f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}"
+                f"{' '.join(argv)} failed ({done.returncode}): {done.stderr.strip()}; "
+                f"{self.controller_state()}"
             )
         return done
+
+    def controller_state(self) -> str:
+        """What became of this lab's slurmctld and munged: for a client failure's message,
+        so a controller that died, was signalled or lost munge says so in the report."""
+        process = self._process
+        if process is None:
+            ctld = "slurmctld not started by this lab"
+        elif process.poll() is None:
+            ctld = f"slurmctld {process.pid} running"
+        else:
+            code = process.returncode
+            how = f"signal {signal.Signals(-code).name}" if code < 0 else f"status {code}"
+            ctld = f"slurmctld {process.pid} exited with {how}"
+        munge = "munge works" if munge_works() else "munge does NOT work"
+        return f"{ctld}; {munge}; slurmctld log: {self.log_tail(10)}"
 
     def node_fields(self, node: str) -> dict[str, str]:
         """`scontrol show node NODE -o` as a dict (values with spaces are cut at the space)."""
