@@ -26,6 +26,7 @@ from clustermgr.config import parse_settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Provider
 from clustermgr.directors import state
+from clustermgr.directors.push_auth import PUSH_USER, push_password
 from clustermgr.directors.replication import ReplicaResult, sync_all
 from tests.labs.rsyncd import RsyncDaemon
 
@@ -83,13 +84,15 @@ def change_one_percent(root: Path, tree_bytes: int, round_no: int) -> int:
     return block * 20 + replaced + extra
 
 
-def plain_rsync(tree: Path, dest: str) -> tuple[float, int]:
+def plain_rsync(tree: Path, dest: str, password: str) -> tuple[float, int]:
+    """Plain `rsync -a` into the director's push module, as the push user."""
     start = time.perf_counter()
     done = subprocess.run(
         ["rsync", "-a", "--stats", "--no-human-readable", f"{tree}/", dest],
         capture_output=True,
         text=True,
         check=False,
+        env={**os.environ, "RSYNC_PASSWORD": password},
     )
     took = time.perf_counter() - start
     if done.returncode != 0:
@@ -133,18 +136,24 @@ def main() -> None:
             director = state.ensure(session, "lab", "bench", actor="bench")
             director.state = state.DirectorState.READY.value
             director.private_address = "127.0.0.1"
-        with RsyncDaemon(tmp / "director") as daemon:
+        key = tmp / "munge.key"
+        key.write_bytes(os.urandom(128))
+        push_secrets = tmp / "images-push.secrets"
+        with RsyncDaemon(tmp / "director", push_secrets=push_secrets) as daemon:
             settings_data: dict[str, object] = {
                 "daemon": {"state_dir": str(tmp / "state")},
+                "slurm": {"munge_key_path": str(key)},
                 "images": {
                     "definitions_dir": str(defs),
                     "rsync_port": daemon.port,
                     "rsync_module": daemon.module,
+                    "push_secrets": str(push_secrets),
                 },
             }
             first_s, first = ours(db, settings_data)
-            plain_dest = f"{daemon.url}/plain/"
-            plain_rsync(tree, plain_dest)
+            plain_dest = f"rsync://{PUSH_USER}@127.0.0.1:{daemon.port}/{daemon.module}-push/plain/"
+            password = push_password(key).reveal()
+            plain_rsync(tree, plain_dest, password)
             print(
                 f"tree: {tree_bytes / MB:.0f} MiB; first sync {first_s:.1f} s "
                 f"(sent {first.bytes_sent / MB:.0f} MiB, verified in {first.verify_seconds:.1f} s)"
@@ -153,11 +162,11 @@ def main() -> None:
             for round_no in range(rounds):
                 changed = change_one_percent(tree, tree_bytes, round_no)
                 if round_no % 2:
-                    plain = plain_rsync(tree, plain_dest)
+                    plain = plain_rsync(tree, plain_dest, password)
                     took, replica = ours(db, settings_data)
                 else:
                     took, replica = ours(db, settings_data)
-                    plain = plain_rsync(tree, plain_dest)
+                    plain = plain_rsync(tree, plain_dest, password)
                 share.append(replica.bytes_sent / tree_bytes)
                 our_s.append(took - replica.verify_seconds)
                 transfer_s.append(replica.sync_seconds)

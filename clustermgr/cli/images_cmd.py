@@ -1,10 +1,11 @@
-"""`clustermgr images list|show|render|sync|status|copies`: image definitions (images/*.toml)
+"""`clustermgr images list|show|render|sync|status|copies|push-secrets`: image definitions
 and their replication to the cloud directors."""
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -285,3 +286,23 @@ def copies(app: AppContext, name: str | None, wait_s: float, as_json: bool) -> N
             found = wait_available(db, settings, image.name, wait_s, poll_s=min(15.0, wait_s))
         rows.extend(dataclasses.asdict(m) for m in found)
     emit(rows, COPY_COLUMNS, as_json, "Machine images")
+
+
+@images.command("push-secrets")
+@click.argument("path", type=click.Path(dir_okay=False, path_type=Path))
+@click.pass_obj
+def push_secrets(app: AppContext, path: Path) -> None:
+    """Write the rsync daemon secrets file of a director's push module to PATH (root 0600):
+    the `clustermgr:<password>` line a cloud director's image bakes in, so only the head
+    can write its copy of the images (docs/directors.md). The password is derived from the
+    munge key, the same on every head; it is printed nowhere."""
+    from clustermgr.cli.privilege import require_root
+
+    require_root("images push-secrets")
+    from clustermgr.directors import push_auth
+
+    settings = app.settings()
+    target = path if path.is_absolute() else Path.cwd() / path
+    password = push_auth.push_password(Path(settings.slurm.munge_key_path))
+    push_auth.ensure_secrets_file(target, password, "images push-secrets:")
+    click.echo(f"wrote {target} (root 0600): the push module's `secrets file`")

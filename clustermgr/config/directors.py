@@ -66,12 +66,21 @@ class ImagesSettings(StrictModel):
     definitions_dir: Path | None = None  # default: the images/ shipped with clustermgr
     rsync_port: int = Field(873, ge=1, le=65535)  # every director's rsync daemon
     rsync_module: str = Field("clustermgr-images", pattern=NAME_PATTERN)
+    # the push module's secrets file, which cm-scale writes (root 0600) and the lab
+    # director's daemon reads; default <state_dir>/images-push.secrets
+    push_secrets: Path | None = None
     # director name -> where its copy goes instead: a directory, or rsync://HOST:PORT/MODULE
     targets: dict[str, str] = {}
     acls: bool = True  # rsync -A (the director's filesystem must support POSIX ACLs)
     xattrs: bool = True  # rsync -X
     timeout_s: float = Field(3600.0, gt=0)  # one rsync run, then it is stopped
     sync_interval_s: float = Field(900.0, gt=0)  # cm-scale's scheduled sync_all
+
+    @model_validator(mode="after")
+    def _check_paths(self) -> ImagesSettings:
+        if self.push_secrets is not None and not self.push_secrets.is_absolute():
+            raise ValueError("push_secrets: an absolute path")
+        return self
 
 
 LdapTls = Literal["none", "starttls", "ldaps"]

@@ -35,7 +35,7 @@ from sqlalchemy.orm import Session
 from clustermgr.config import ImagesSettings, Settings
 from clustermgr.db.engine import Database
 from clustermgr.db.models import Director, Image, ImageReplica
-from clustermgr.directors import rsync
+from clustermgr.directors import push_auth, rsync
 from clustermgr.directors.imagedefs import LoadedImage, images_dir, load_images
 from clustermgr.directors.machine_images import MachineImageStatus, copy_base_images
 from clustermgr.directors.manifest import (
@@ -46,8 +46,9 @@ from clustermgr.directors.manifest import (
     record_revision,
     scan_tree,
 )
+from clustermgr.directors.push_auth import PUSH_USER, push_module
 from clustermgr.directors.state import DirectorState, find
-from clustermgr.errors import ClusterMgrError, NotFoundError
+from clustermgr.errors import ClusterMgrError, ConfigError, NotFoundError
 from clustermgr.inputs import usable_address
 
 SYNCED_STATES = frozenset({DirectorState.SYNCING, DirectorState.READY, DirectorState.UNHEALTHY})
@@ -129,8 +130,9 @@ def options_of(images: ImagesSettings) -> rsync.RsyncOptions:
 
 
 def target_for(images: ImagesSettings, director: Director) -> SyncTarget | None:
-    """[images] targets[director] when set, else the director's rsync daemon at its private
-    address; None while it has no address."""
+    """[images] targets[director] when set, else the push module of the director's rsync
+    daemon at its private address, as the push user (push_auth.py); None while it has no
+    address."""
     explicit = images.targets.get(director.name)
     if explicit:
         return SyncTarget(director.name, explicit)
@@ -139,7 +141,8 @@ def target_for(images: ImagesSettings, director: Director) -> SyncTarget | None:
         return None
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"  # IPv6
-    return SyncTarget(director.name, f"rsync://{host}:{images.rsync_port}/{images.rsync_module}")
+    module = push_module(images.rsync_module)
+    return SyncTarget(director.name, f"rsync://{PUSH_USER}@{host}:{images.rsync_port}/{module}")
 
 
 def _replica_row(session: Session, image_id: int, director_id: int) -> ImageReplica:
@@ -376,6 +379,12 @@ def sync_all(
                 report.errors.append(f"director {row.name}: no address yet; not synced")
             else:
                 targets.append(target)
+    if any(target.is_daemon for target in targets):
+        try:
+            options = replace(options, password=push_auth.credentials(settings))
+        except ConfigError as exc:
+            report.errors.append(f"{exc}; no director's daemon synced")
+            targets = [target for target in targets if not target.is_daemon]
     with ThreadPoolExecutor(max_workers=1) as scanner:
         for one in loaded:
             # the revision check (a scan of the tree) runs alongside the first transfer

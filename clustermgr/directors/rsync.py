@@ -34,7 +34,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from clustermgr.secret import Secret
+
 PARTIAL_DIR = ".rsync-partial"
+PASSWORD_ENV = "RSYNC_PASSWORD"  # noqa: S105 (the variable's name, not a password)
 IO_TIMEOUT_S = 120  # rsync --timeout: no data moving for this long ends the run
 CONNECT_TIMEOUT_S = 15  # rsync --contimeout, for a daemon target
 
@@ -69,6 +72,9 @@ class RsyncOptions:
     acls: bool = True
     xattrs: bool = True
     timeout_s: float = 3600.0  # the whole run
+    # a daemon target's password (the director's push module): rsync reads RSYNC_PASSWORD,
+    # so it is in no argv; a Secret, so no repr of the options shows it
+    password: Secret | None = None
 
 
 @dataclass(frozen=True)
@@ -124,8 +130,12 @@ def verify_argv(source: Path, dest: str, options: RsyncOptions) -> list[str]:
     return [*argv, f"{source}/", dest]
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "LC_ALL": "C"}
+def _env(options: RsyncOptions) -> dict[str, str]:
+    env = {**os.environ, "LC_ALL": "C"}
+    env.pop(PASSWORD_ENV, None)
+    if options.password is not None:
+        env[PASSWORD_ENV] = options.password.reveal()
+    return env
 
 
 def _failure(argv: list[str], code: int, stderr: str) -> RsyncFailed:
@@ -150,7 +160,7 @@ def transfer(
     argv = transfer_argv(source, dest, options, checksum=checksum, progress=on_progress is not None)
     start = time.monotonic()
     with tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, env=_env())
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=errors, env=_env(options))
         assert proc.stdout is not None
         try:
             output = _read_output(proc, start + options.timeout_s, on_progress)
@@ -221,7 +231,7 @@ def checksum_differences(source: Path, dest: str, options: RsyncOptions) -> list
     run); empty when the copy matches."""
     argv = verify_argv(source, dest, options)
     done = subprocess.run(
-        argv, capture_output=True, env=_env(), timeout=options.timeout_s, check=False
+        argv, capture_output=True, env=_env(options), timeout=options.timeout_s, check=False
     )
     if done.returncode != 0:
         raise _failure(argv, done.returncode, done.stderr.decode("utf-8", "replace"))

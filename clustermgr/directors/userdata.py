@@ -20,6 +20,7 @@ from dataclasses import asdict, dataclass
 
 from clustermgr.bootstrap import AtTemplate
 from clustermgr.config import DirectorSettings, Settings
+from clustermgr.directors.push_auth import PUSH_USER, push_module, secrets_path
 from clustermgr.errors import ConfigError
 from clustermgr.providers.base import DIRECTOR_MARK
 
@@ -41,7 +42,10 @@ class DirectorFacts:
     ldap_admin_dn: str  # the replica database's rootdn (what a pull sync writes as)
     ldap_password_file: str  # [ldap.replica]'s password file: both of its admin passwords
     ldap_port: str
-    rsync_module: str  # [images] rsync_module: where clustermgr syncs the images
+    rsync_module: str  # [images] rsync_module: the images, read only (burst nodes pull)
+    push_module: str  # the writable module the head syncs into (push_auth.py)
+    push_user: str
+    push_secrets: str  # the push module's secrets file (a path, never the password)
     rsync_port: str
     # cmsub's staging module, from the provider's [[staging.regions]] (an rsync:// target):
     staging_module: str  # the module its rsync_target names
@@ -75,6 +79,9 @@ def director_facts(settings: Settings, spec: DirectorSettings, name: str) -> Dir
         ldap_password_file=password_file,
         ldap_port=port,
         rsync_module=settings.images.rsync_module,
+        push_module=push_module(settings.images.rsync_module),
+        push_user=PUSH_USER,
+        push_secrets=str(secrets_path(settings)),
         rsync_port=str(settings.images.rsync_port),
         staging_module=module,
         staging_root=root,
@@ -139,6 +146,9 @@ def lab_director_facts(facts: DirectorFacts) -> str:
         f"admin_dn = {json.dumps(facts.ldap_admin_dn)}",
         f"password_file = {json.dumps(facts.ldap_password_file)}",
         f"rsync_module = {json.dumps(facts.rsync_module)}",
+        f"push_module = {json.dumps(facts.push_module)}",
+        f"push_user = {json.dumps(facts.push_user)}",
+        f"push_secrets = {json.dumps(facts.push_secrets)}",
     ]
     if facts.ldap_port:
         lines.append(f"ldap_port = {facts.ldap_port}")

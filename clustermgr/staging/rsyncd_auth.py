@@ -21,12 +21,12 @@ import hashlib
 import hmac
 import os
 import re
-import stat
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 from clustermgr.errors import StagingError
+from clustermgr.secret import is_private, write_private
 
 PASSWORD_ENV = "RSYNC_PASSWORD"  # noqa: S105 (the variable's name, not a password)
 # a user name the secrets file and the module's path can hold as is
@@ -114,7 +114,7 @@ def grant(secrets_file: Path, key: bytes, user: str) -> str:
     secret = password(key, user)
     with _lock:
         users = listed(secrets_file)
-        if users.get(user) == secret and _private(secrets_file):
+        if users.get(user) == secret and is_private(secrets_file):
             return secret
         names = {u for u in {*users, user} if USER_NAME.fullmatch(u) and u != "root"}
         lines = "".join(f"{u}:{password(key, u)}\n" for u in sorted(names))
@@ -122,43 +122,11 @@ def grant(secrets_file: Path, key: bytes, user: str) -> str:
     return secret
 
 
-def _private(path: Path) -> bool:
-    info = path.lstat()
-    return (
-        stat.S_ISREG(info.st_mode)
-        and info.st_uid == os.geteuid()
-        and not stat.S_IMODE(info.st_mode) & 0o077
-    )
-
-
 def _replace(path: Path, content: bytes) -> None:
-    parent = path.parent
     try:
-        info = parent.lstat()
-    except FileNotFoundError:
-        raise StagingError(f"rsyncd_secrets {path}: its directory does not exist") from None
-    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o022:
-        raise StagingError(
-            f"rsyncd_secrets {path}: its directory must be uid {os.geteuid()}'s and writable "
-            "by no one else (someone could replace the file)"
-        )
-    scratch = parent / f".{path.name}.{os.getpid()}.{threading.get_ident()}"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(scratch)
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-    fd = os.open(scratch, flags, 0o600)
-    try:
-        if os.geteuid() == 0:
-            os.fchown(fd, 0, 0)
-        os.fchmod(fd, 0o600)
-        os.write(fd, content)
-        os.fsync(fd)
-    except OSError:
-        os.close(fd)
-        os.unlink(scratch)
-        raise
-    os.close(fd)
-    os.replace(scratch, path)
+        write_private(path, content)
+    except ValueError as exc:
+        raise StagingError(f"rsyncd_secrets {exc}") from None
 
 
 # --- the transfer job's side -------------------------------------------------------------

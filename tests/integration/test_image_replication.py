@@ -78,12 +78,32 @@ def settings_for(tmp_path: Path, targets: dict[str, str], **images: Any) -> Sett
     (defs / "node.toml").write_text(
         f'name = "node"\ntree = "{tmp_path / "tree"}"\nuser_data = "node.cloud-init.tmpl"\n'
     )
+    key = tmp_path / "munge.key"
+    if not key.exists():
+        key.write_bytes(os.urandom(128))
+        key.chmod(0o400)
     return parse_settings(
         {
             "daemon": {"state_dir": str(tmp_path / "state")},
-            "images": {"definitions_dir": str(defs), "targets": targets, **images},
+            "slurm": {"munge_key_path": str(key)},
+            "images": {
+                "definitions_dir": str(defs),
+                "targets": targets,
+                "push_secrets": str(push_secrets_of(tmp_path)),
+                **images,
+            },
         }
     )
+
+
+def push_secrets_of(tmp_path: Path) -> Path:
+    return tmp_path / "images-push.secrets"
+
+
+def director_daemon(tmp_path: Path) -> RsyncDaemon:
+    """A director's rsync daemon as the lab director runs it: the images read only, and
+    the push module for the head, by the password in the secrets file cm-scale writes."""
+    return RsyncDaemon(tmp_path / "director-root", push_secrets=push_secrets_of(tmp_path))
 
 
 def corrupt(path: Path) -> None:
@@ -160,7 +180,7 @@ def test_one_percent_change_sends_about_one_percent_to_an_rsync_daemon(
 ) -> None:
     tree = tmp_path / "tree"
     size = make_tree(tree, big_files=12, big_size=4 * MB, small_files=100)  # ~50 MB
-    with RsyncDaemon(tmp_path / "director-root") as daemon:
+    with director_daemon(tmp_path) as daemon:
         director = add_director(db, "d1", "127.0.0.1")
         settings = settings_for(tmp_path, {}, rsync_port=daemon.port, rsync_module=daemon.module)
         first = sync_all(db, settings)
@@ -189,7 +209,7 @@ def test_a_same_size_change_within_the_second_is_sent(db: Database, tmp_path: Pa
     """rsync's quick check compares whole seconds unless told otherwise (--modify-window)."""
     tree = tmp_path / "tree"
     make_tree(tree, big_files=1, big_size=MB, small_files=1)
-    with RsyncDaemon(tmp_path / "director-root") as daemon:
+    with director_daemon(tmp_path) as daemon:
         add_director(db, "d1", "127.0.0.1")
         settings = settings_for(tmp_path, {}, rsync_port=daemon.port, rsync_module=daemon.module)
         assert sync_all(db, settings).ok
@@ -206,7 +226,7 @@ def test_a_same_size_change_within_the_second_is_sent(db: Database, tmp_path: Pa
 @pytest.mark.parametrize("kind", ["directory", "daemon"])
 def test_corrupted_copy_is_detected_then_repaired(db: Database, tmp_path: Path, kind: str) -> None:
     make_tree(tmp_path / "tree", big_files=2, big_size=MB, small_files=10)
-    with RsyncDaemon(tmp_path / "director-root") as daemon:
+    with director_daemon(tmp_path) as daemon:
         if kind == "directory":
             director = add_director(db, "dir1")
             settings = settings_for(tmp_path, {director: str(daemon.root)})
@@ -240,7 +260,8 @@ def test_unreachable_director_fails_with_one_line(db: Database, tmp_path: Path) 
     settings = settings_for(tmp_path, {}, rsync_port=1)  # nothing listens on port 1
     [replica] = sync_all(db, settings).replicas
     assert replica.state is ReplicaState.FAILED
-    assert replica.error.startswith("rsync to rsync://127.0.0.1:1/clustermgr-images/node/ exited")
+    url = "rsync://clustermgr@127.0.0.1:1/clustermgr-images-push/node/"
+    assert replica.error.startswith(f"rsync to {url} exited")
     assert "\n" not in replica.error
 
 

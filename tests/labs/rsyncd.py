@@ -1,11 +1,11 @@
 """An `rsync --daemon` on a loopback port, standing in for a cloud director's image server.
 
-Started in the foreground (`--no-detach`) so its pid is ours; stopped by that pid. The
-module is writable (a director receives the head's image tree into it) and runs as the
-user who started it (root keeps uid 0 rather than rsync's default of nobody). With
-`secrets`, the module is cmsub's per-user staging module exactly as the lab director
-writes it (providers/local/director.py): `<root>/<user>`, chrooted, as the user, by the
-passwords in `secrets` (the daemon must run as root).
+Started in the foreground (`--no-detach`) so its pid is ours; stopped by that pid. With
+`push_secrets`, the modules are the lab director's images (providers/local/director.py):
+read only for anyone, plus `<module>-push`, writable for the push user by the password in
+`push_secrets` (the head's replication); with `secrets`, cmsub's per-user staging module:
+`<root>/<user>`, chrooted, as the user, by the passwords in `secrets`; with neither, one
+bare writable module. The daemon runs as root, as a director's does.
 """
 
 from __future__ import annotations
@@ -17,17 +17,29 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from clustermgr.providers.local.director import DirectorBoot, staging_module_conf
+from clustermgr.directors.push_auth import PUSH_USER, push_module
+from clustermgr.providers.local.director import (
+    DirectorBoot,
+    image_modules_conf,
+    staging_module_conf,
+)
 from tests.labs.slurmlab import free_port
 
 MODULE = "clustermgr-images"
 
 
 class RsyncDaemon:
-    def __init__(self, root: Path, module: str = MODULE, secrets: Path | None = None) -> None:
+    def __init__(
+        self,
+        root: Path,
+        module: str = MODULE,
+        secrets: Path | None = None,
+        push_secrets: Path | None = None,
+    ) -> None:
         self.root = root  # the module's directory (a director's images root)
         self.module = module
         self.secrets = secrets
+        self.push_secrets = push_secrets
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.workdir = root.parent / f".rsyncd-{module}"
@@ -45,6 +57,8 @@ class RsyncDaemon:
             f"port = {self.port}\n"
             "address = 127.0.0.1\n"
             "use chroot = no\n"
+            f"uid = {os.getuid()}\ngid = {os.getgid()}\n"
+            "numeric ids = yes\nmunge symlinks = no\n"
             # as a director's: without it every small message waits for a delayed ACK
             "socket options = TCP_NODELAY\n"
             f"log file = {self.workdir / 'rsyncd.log'}\n"
@@ -68,15 +82,18 @@ class RsyncDaemon:
         raise RuntimeError(f"rsync --daemon did not listen on port {self.port} in {timeout} s")
 
     def _plain_module(self) -> str:
-        return (
-            f"[{self.module}]\n"
-            f"    path = {self.root}\n"
-            "    read only = no\n"
-            "    numeric ids = yes\n"
-            "    munge symlinks = no\n"  # a director serves the tree's symlinks as they are
-            f"    uid = {os.getuid()}\n"
-            f"    gid = {os.getgid()}\n"
+        if self.push_secrets is None:  # a bare writable module (a staging root, a bench)
+            return f"[{self.module}]\n    path = {self.root}\n    read only = no\n"
+        boot = DirectorBoot(
+            suffix="",
+            admin_dn="",
+            password_file=Path(os.devnull),
+            rsync_module=self.module,
+            push_module=push_module(self.module),
+            push_user=PUSH_USER,
+            push_secrets=self.push_secrets,
         )
+        return image_modules_conf(boot, self.root)
 
     def _staging_module(self) -> str:
         boot = DirectorBoot(

@@ -84,7 +84,12 @@ def test_a_local_director_gets_the_lab_facts_its_provider_reads(tmp_path: Path) 
     assert (boot.rsync_module, boot.rsync_port, boot.ldap_port) == ("site-images", 8873, 389)
     assert boot.image_root is None
     assert "munge" not in text  # a director never holds the munge key
-    assert "secret" not in text.replace("/r.secret", "")  # a path, never a password
+    # the head's writable module beside the read-only one, by a password in a file
+    assert (boot.push_module, boot.push_user) == ("site-images-push", "clustermgr")
+    assert boot.push_secrets == conf.daemon.state_dir / "images-push.secrets"
+    paths = text.replace("/r.secret", "").replace(str(boot.push_secrets), "")
+    paths = paths.replace("push_secrets = ", "")
+    assert "secret" not in paths  # paths, never a password
 
 
 def test_a_user_data_file_is_rendered_with_the_facts(tmp_path: Path) -> None:

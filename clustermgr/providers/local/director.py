@@ -14,6 +14,9 @@ with the facts the director needs; secrets travel as file paths, never as values
     admin_dn = "cn=admin,dc=example,dc=org"     # default: cn=admin,<suffix>
     password_file = "/etc/clustermgr/director-ldap.secret"   # rootpw of both databases
     rsync_module = "clustermgr-images"          # default: "image"
+    push_module = "clustermgr-images-push"      # the head's writable module (with:)
+    push_user = "clustermgr"
+    push_secrets = "/var/lib/clustermgr/images-push.secrets"  # cm-scale writes it, root 0600
     image_root = "/var/lib/clustermgr/director/image"   # default: <workdir>/image
     ldap_port = 389                             # slapd's port (default 389)
     rsync_port = 873                            # the rsync daemon's port (default 873)
@@ -21,10 +24,13 @@ with the facts the director needs; secrets travel as file paths, never as values
     rsyncd_secrets = "/etc/clustermgr/rsyncd.secrets"   # users' passwords (root 0600)
     staging_module = "clustermgr-staging"       # default: "clustermgr-staging"
 
-The rsync daemon serves one module: `rsync_module` (writable, the images root: clustermgr
-syncs each image into `<module>/<image>/`) with `numeric ids = yes` and `munge symlinks = no`
-(so the tree's symlinks and owners arrive as they are on the head). A director never holds
-or serves the munge key: burst nodes get it from cm-scale's key server (clustermgr.mungekey).
+The rsync daemon serves the images root twice: `rsync_module`, read only, chrooted, as
+nobody (what burst nodes pull), and, when the user data names `push_secrets`, `push_module`,
+writable for `push_user` alone by the password in that file (clustermgr syncs each image into
+`<push module>/<image>/`), with `numeric ids = yes` and `munge symlinks = no` (so the tree's
+symlinks and owners arrive as they are on the head). Nothing else can write the images.
+A director never holds or serves the munge key: burst nodes get it from cm-scale's key
+server (clustermgr.mungekey).
 
 With `staging_root` and `rsyncd_secrets` it serves cmsub's staging module too, one static
 module whose users are told apart by rsync's own authentication (docs/staging.md): each
@@ -81,6 +87,11 @@ class DirectorBoot:
     staging_root: Path | None = None  # None: no staging module
     rsyncd_secrets: Path | None = None
     staging_module: str = STAGING_MODULE
+    # the head's writable module beside rsync_module: for push_user alone, by the password
+    # in push_secrets (cm-scale writes it, root 0600); none without push_secrets
+    push_module: str = ""
+    push_user: str = ""
+    push_secrets: Path | None = None
 
 
 def is_director_spec(spec: LaunchSpec) -> bool:
@@ -107,15 +118,23 @@ def parse_boot(spec: LaunchSpec) -> DirectorBoot:
             staging_root=_path(data.get("staging_root")),
             rsyncd_secrets=_path(data.get("rsyncd_secrets")),
             staging_module=str(data.get("staging_module") or STAGING_MODULE),
+            push_module=str(data.get("push_module") or ""),
+            push_user=str(data.get("push_user") or ""),
+            push_secrets=_path(data.get("push_secrets")),
         )
-        for module in (boot.rsync_module, boot.staging_module):
+        modules = [boot.rsync_module, boot.staging_module]
+        if boot.push_secrets is not None:
+            if not (boot.push_module and MODULE_NAME.fullmatch(boot.push_user)):
+                raise KeyError("push_secrets needs push_module and push_user")
+            modules.append(boot.push_module)
+        for module in modules:
             if not MODULE_NAME.fullmatch(module) or module == "global":
                 raise KeyError(f"rsync module {module!r} is not a usable module name")
-        if boot.staging_module == boot.rsync_module:
-            raise KeyError("staging_module and rsync_module must differ")
+        if len(set(modules)) != len(modules):
+            raise KeyError(f"rsync modules {', '.join(modules)} must differ")
         if (boot.staging_root is None) != (boot.rsyncd_secrets is None):
             raise KeyError("staging_root and rsyncd_secrets go together")
-        for where in (boot.staging_root, boot.rsyncd_secrets):
+        for where in (boot.staging_root, boot.rsyncd_secrets, boot.push_secrets):
             if where is not None and (not where.is_absolute() or "\n" in str(where)):
                 raise KeyError(f"{str(where)[:80]!r}: an absolute path on one line")
     except (tomllib.TOMLDecodeError, KeyError, ValueError, TypeError) as exc:
@@ -175,10 +194,28 @@ def write_configs(workdir: Path, boot: DirectorBoot) -> tuple[Path, Path]:
         # owners by number and symlinks as they are (use chroot = no would otherwise rewrite
         # every symlink target under /rsyncd-munged/)
         "numeric ids = yes\nmunge symlinks = no\nreverse lookup = no\n\n"
-        f"[{boot.rsync_module}]\npath = {image_root}\nread only = no\n"
-        f"{staging_module_conf(boot)}"
+        f"{image_modules_conf(boot, image_root)}{staging_module_conf(boot)}"
     )
     return config_dir, rsyncd
+
+
+def image_modules_conf(boot: DirectorBoot, image_root: Path) -> str:
+    """The images, twice (rsyncd.conf text): read only for anyone who can reach the
+    director (burst nodes pull from it), chrooted, as nobody, so only the tree's
+    world-readable files are served; and, with push_secrets, writable as root for the push
+    user alone (the head's replication), so no job on a burst node can change what every
+    node runs."""
+    text = (
+        f"[{boot.rsync_module}]\npath = {image_root}\nread only = yes\n"
+        "use chroot = yes\nuid = nobody\ngid = nogroup\nnumeric ids = yes\n"
+    )
+    if boot.push_secrets is not None:
+        text += (
+            f"\n[{boot.push_module}]\npath = {image_root}\nread only = no\n"
+            f"auth users = {boot.push_user}:rw\nsecrets file = {boot.push_secrets}\n"
+            "strict modes = yes\nlist = no\n"
+        )
+    return text
 
 
 def staging_module_conf(boot: DirectorBoot) -> str:
