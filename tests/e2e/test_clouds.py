@@ -40,6 +40,12 @@ def all_held(lab: CloudLab, *only: str) -> bool:
     )
 
 
+# A known lab flake, about one full run in four under xdist: this lab's slurmctld stops
+# answering mid-test ("Unable to contact slurm controller"; its log once showed it starting
+# over). Not the product's doing as far as two sessions could tell; the lab's client errors
+# now say what became of slurmctld and munged (SlurmLab.controller_state) so the next one
+# is explained. Rerun once, on that message only: any other failure fails at once.
+@pytest.mark.flaky(reruns=1, only_rerun=["Unable to contact slurm controller"])
 def test_burst_scale_down_and_quota_through_the_daemon(lab: CloudLab) -> None:
     first, second = lab.kind.instance_types[:2]
     lab.kind.starve_first_type(lab.harness, first)
