@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -138,3 +139,34 @@ def test_a_job_reads_the_image_but_cannot_change_it(
 
     again = sync_all(db, settings, machine_images=False)
     assert again.ok and again.replicas[0].state is ReplicaState.VERIFIED
+
+
+def test_push_secrets_writes_the_file_a_cloud_director_bakes(
+    accounts: Accounts, tmp_path: Path, mallory_dir: Path
+) -> None:
+    """`clustermgr images push-secrets FILE`: root only, root 0600, the password printed
+    nowhere; a directory others may write is refused in one line, exit 2."""
+    key = tmp_path / "munge.key"
+    key.write_bytes(os.urandom(128))
+    key.chmod(0o400)
+    config = tmp_path / "clustermgr.toml"
+    config.write_text(f'[slurm]\nmunge_key_path = "{key}"\n')
+    env = {**os.environ, "CLUSTERMGR_CONFIG": str(config)}
+    out = tmp_path / "baked" / "images-push.secrets"
+    out.parent.mkdir(mode=0o700)
+    command = [sys.executable, "-m", "clustermgr", "images", "push-secrets"]
+
+    done = subprocess.run([*command, str(out)], env=env, capture_output=True, text=True)
+
+    assert done.returncode == 0, done.stderr
+    password = push_auth.push_password(key).reveal()
+    assert out.read_text() == f"clustermgr:{password}\n"
+    info = out.stat()
+    assert (info.st_uid, stat.S_IMODE(info.st_mode)) == (0, 0o600)
+    assert password not in done.stdout + done.stderr
+    loose = mallory_dir / "images-push.secrets"  # a directory mallory could swap files in
+    refused = subprocess.run([*command, str(loose)], env=env, capture_output=True, text=True)
+    assert refused.returncode == 2 and not loose.exists()
+    assert refused.stderr.count("\n") == 1 and "writable by no one else" in refused.stderr
+    as_mallory = as_user(accounts.attacker.name, [*command, str(mallory_dir / "x")], env=env)
+    assert as_mallory.returncode != 0 and not (mallory_dir / "x").exists()
