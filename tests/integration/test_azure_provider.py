@@ -237,6 +237,21 @@ def test_power_state_comes_from_the_status_only_listing(harness: AzureHarness) -
     assert harness.fake.requests("GET", "/providers/Microsoft.Compute/virtualMachines")
 
 
+def test_a_role_scoped_to_the_resource_group_lists_without_power_states(
+    harness: AzureHarness,
+) -> None:
+    provider = provider_of(harness)
+    vm = provider.launch(harness.spec(["n-001"]), 1, "req-scoped").instances[0].instance_id
+    subscription_vms = (
+        f"/subscriptions/{harness.fake.subscription_id}/providers/microsoft.compute/virtualmachines"
+    )
+    harness.fake.fail_next("GET", subscription_vms, 403, "AuthorizationFailed", attempts=1)
+    assert provider.list_instances()[vm].state is InstanceState.RUNNING  # provisioningState
+    assert len(harness.fake.requests("GET", subscription_vms)) == 1
+    provider.list_instances()
+    assert len(harness.fake.requests("GET", subscription_vms)) == 1  # not asked again
+
+
 def test_conflict_409_is_a_typed_error_not_an_exception(harness: AzureHarness) -> None:
     harness.fake.fail_next_vm_puts("Conflict", attempts=1)
     result = provider_of(harness).launch(harness.spec(["n-001"]), 1, "req-409")

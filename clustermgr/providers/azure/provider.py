@@ -92,6 +92,7 @@ class AzureProvider(CloudProvider[VmPlan]):
         self.clients = AzureClients(settings, pool_size=MAX_WORKERS + 4)
         self.nics = NicJanitor(cluster, self.network, self.resource_group)
         self.skus: dict[str, SkuFacts] = {}  # by lower-cased size name, from read_catalog
+        self._power_refused = False  # the subscription's VM listing answered AUTH once
 
     def credential_source(self) -> str:
         return self.clients.credential_source()
@@ -147,13 +148,29 @@ class AzureProvider(CloudProvider[VmPlan]):
         return {inst.instance_id: inst for inst in instances}
 
     def _power_states(self) -> dict[str, list[str]]:
+        if self._power_refused:
+            return {}
+        return self._read_power_states()
+
+    def _read_power_states(self) -> dict[str, list[str]]:
         """VM id (lower-cased) -> its instance-view status codes (PowerState/...), from the
         one listing that returns them for many VMs: the subscription's, statusOnly=true."""
         compute = self.compute()
-        vms = self.call(
-            "listing VM power states",
-            lambda: list(compute.virtual_machines.list_all(status_only="true")),
-        )
+        try:
+            vms = self.call(
+                "listing VM power states",
+                lambda: list(compute.virtual_machines.list_all(status_only="true")),
+            )
+        except ProviderError as exc:
+            if exc.kind is not ErrorKind.AUTH:
+                raise
+            # a role scoped to the resource group may not list the subscription's VMs:
+            # states come from provisioningState alone (Succeeded: running)
+            self._power_refused = True
+            log.warning(
+                "%s: no power states (%s); reading provisioning states only", self.name, exc
+            )
+            return {}
         states: dict[str, list[str]] = {}
         for vm in vms:
             view = getattr(vm, "instance_view", None)
