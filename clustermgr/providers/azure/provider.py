@@ -359,8 +359,9 @@ class AzureProvider(CloudProvider[VmPlan]):
         if (vm.tags or {}).get(TAG_REQUEST) != request_id:
             message = f"VM {names.vm} exists for request {(vm.tags or {}).get(TAG_REQUEST)}"
             return NodeOutcome(errors=[LaunchError(ErrorKind.OTHER, "NameInUse", message)])
-        if state == "failed":
+        if state == "failed":  # an earlier try's: gone, with its NIC once Azure lets it go
             self._discard_failed_vm(names.vm)
+            self.nics.retire([_last(r.id) for r in _nic_refs(vm)])
             return None
         if state == "deleting":
             message = f"VM {names.vm} is being deleted"
