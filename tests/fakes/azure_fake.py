@@ -318,7 +318,11 @@ class FakeAzure(HttpFake):
             self.state.faults.append(fault)
 
     def fail_next_vm_puts(
-        self, code: str, attempts: int = 1, status: int | None = None, retry_after: str = "0.05"
+        self,
+        code: str,
+        attempts: int = 1,
+        status: int | None = None,
+        retry_after: str | None = "0.05",
     ) -> None:
         """Fail VM creations the way Azure signals `code` (the shapes in SHAPES, each with
         where it was seen):

@@ -19,8 +19,8 @@ import pytest
 
 from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.azure.provider import AzureProvider
-from clustermgr.providers.azure.shapes import names_for
-from clustermgr.providers.base import TAG_NODE, InstanceState, Provider
+from clustermgr.providers.azure.shapes import TAG_NIC_MADE, names_for
+from clustermgr.providers.base import TAG_CLUSTER, TAG_NODE, InstanceState, Provider
 from tests.fakes.azure_fake import SHAPES, FakeAzure
 from tests.fakes.azure_harness import CLUSTER, AzureHarness, ca_bundle_env, contract_harness
 
@@ -200,6 +200,40 @@ def test_a_failed_vms_reserved_nic_is_not_reused_and_is_deleted_once_azure_lets_
         assert len(h.fake.nic_names()) == 2
         assert h.fake.requests("DELETE", "/networkInterfaces/")  # tried, refused: reserved
         assert nics_settle(provider, h.fake, [nic_of(h.fake, vm)]) == [nic_of(h.fake, vm)]
+
+
+def test_a_nic_a_crash_left_behind_is_swept_by_the_listing_once_it_is_old(
+    harness: AzureHarness,
+) -> None:
+    provider = provider_of(harness)
+    assert isinstance(provider, AzureProvider)
+    body: Any = {
+        "location": harness.fake.location,
+        "tags": {TAG_CLUSTER: CLUSTER, TAG_NIC_MADE: str(int(time.time()) - 3600)},
+        "properties": {
+            "ipConfigurations": [
+                {"name": "ipconfig1", "properties": {"subnet": {"id": harness.fake.vnet_subnet}}}
+            ]
+        },
+    }
+    group, nics = harness.fake.resource_group, provider.network().network_interfaces
+    nics.begin_create_or_update(group, "contract-n-009-0badf00d-nic-abcdef", body).result()
+    body["tags"][TAG_NIC_MADE] = str(int(time.time()))  # just made by another process
+    nics.begin_create_or_update(group, "contract-n-010-0badf00d-nic-abcdef", body).result()
+    body["tags"] = {TAG_CLUSTER: "someone-else", TAG_NIC_MADE: "0"}
+    nics.begin_create_or_update(group, "theirs-nic-abcdef", body).result()
+    provider.list_instances()
+    assert harness.fake.nic_names() == ["contract-n-010-0badf00d-nic-abcdef", "theirs-nic-abcdef"]
+
+
+def test_a_throttled_put_without_retry_after_is_backed_off_and_retried(
+    harness: AzureHarness,
+) -> None:
+    # Compute's 429 OperationNotAllowed + TooManyRequests, with no Retry-After header
+    harness.fake.fail_next_vm_puts("TooManyRequests", attempts=2, retry_after=None)
+    result = provider_of(harness).launch(harness.spec(["n-001"]), 1, "req-throttle")
+    assert result.ok and result.errors == []
+    assert len(harness.fake.requests("PUT", "/virtualMachines/")) == 3
 
 
 def test_catalog_leaves_out_restricted_sizes_and_launch_skips_restricted_zones_and_spot(
