@@ -21,7 +21,8 @@ from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.azure.provider import AzureProvider
 from clustermgr.providers.azure.shapes import TAG_NIC_MADE, names_for
 from clustermgr.providers.base import TAG_CLUSTER, TAG_NODE, InstanceState, Provider
-from tests.fakes.azure_fake import SHAPES, FakeAzure
+from tests.fakes.azure_answers import SHAPES
+from tests.fakes.azure_fake import FakeAzure
 from tests.fakes.azure_harness import CLUSTER, AzureHarness, ca_bundle_env, contract_harness
 
 pytestmark = pytest.mark.integration
