@@ -165,7 +165,7 @@ def test_vm_names_are_deterministic_valid_and_per_request() -> None:
     assert first.vm != names_for("prod", "gpu-a100-001", "req-2").vm
     assert first.vm != names_for("prod", "gpu-a100-002", "req-1").vm
     assert first.vm.startswith("prod-gpu-a100-001-")
-    assert (first.nic, first.os_disk) == (f"{first.vm}-nic", f"{first.vm}-osdisk")
+    assert first.os_disk == f"{first.vm}-osdisk"
     assert first.computer == "gpu-a100-001"
     long = names_for("Cluster_With.Odd" * 5, "Node_Name" * 10, "r")
     assert VALID_VM_NAME.match(long.vm) and len(long.vm) <= 64
@@ -211,7 +211,7 @@ def spec(**kw: Any) -> LaunchSpec:
 
 
 def request(zone: str | None = None) -> VmRequest:
-    names = Names("vm1", "vm1-nic", "vm1-osdisk", "n1")
+    names = Names("vm1", "vm1-osdisk", "n1")
     size = "Standard_ND96asr_v4"
     return VmRequest("eastus", names, "/nic/id", size, zone, {"a": "b"}, "ssh-rsa K")
 

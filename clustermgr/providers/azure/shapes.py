@@ -25,10 +25,10 @@ VM_NAME_MAX = 64  # Linux VM names and hostnames
 
 @dataclass(frozen=True)
 class Names:
-    """The resources one node's VM consists of; all derived from the VM name."""
+    """The resources one node's VM consists of, derived from the VM name (its NICs are
+    named per attempt: fresh_nic_name)."""
 
     vm: str
-    nic: str
     os_disk: str
     computer: str
 
@@ -43,7 +43,7 @@ def names_for(cluster: str, node: str, request_id: str) -> Names:
     digest = hashlib.sha256(f"{cluster}\0{node}\0{request_id}".encode()).hexdigest()[:8]
     stem = _clean(f"{cluster}-{node}")[: VM_NAME_MAX - 9 - 8].strip("-.") or "node"
     vm = f"{stem}-{digest}"
-    return Names(vm=vm, nic=f"{vm}-nic", os_disk=f"{vm}-osdisk", computer=computer_name(node))
+    return Names(vm=vm, os_disk=f"{vm}-osdisk", computer=computer_name(node))
 
 
 TAG_NIC_MADE = "clustermgr-nic-made"  # a NIC's creation time (epoch seconds): ARM keeps none
@@ -61,7 +61,7 @@ def nic_tags(tags: Mapping[str, str]) -> dict[str, str]:
 
 def names_of(vm_name: str) -> Names:
     """The companion resource names of an existing VM we created."""
-    return Names(vm_name, f"{vm_name}-nic", f"{vm_name}-osdisk", vm_name)
+    return Names(vm_name, f"{vm_name}-osdisk", vm_name)
 
 
 def computer_name(node: str) -> str:
