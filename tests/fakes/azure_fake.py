@@ -7,6 +7,10 @@ SKUs, managed / gallery / marketplace images, and the client-credentials token f
 (`ClientSecretCredential(authority="https://127.0.0.1:PORT", disable_instance_discovery=True)`).
 The api-version is never checked.
 
+Its answers have the shapes the real service sends, each with where it was seen: the
+refusals and the SKU listing in tests/fakes/azure_answers.py, the NIC reservation and the
+listings' instance views where they are answered here.
+
 Faults are injected from the test process through thread-safe methods (`fail_next`,
 `fail_next_vm_puts`, `limit_capacity`, `slow`, `hold_next`: tests/fakes/gate.py), or from
 another process by POSTing JSON to `/_fake/<method>` (see CONTROL_METHODS).
@@ -37,52 +41,14 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 import trustme
 
 from tests.fakes import http_fake
+from tests.fakes.azure_answers import DEFAULT_SKUS, LOCATION, SHAPES, SUBSCRIPTION
 from tests.fakes.http_fake import JSON, HttpFake, Reply, Req
 
-SUBSCRIPTION = "00000000-0000-0000-0000-0000000000aa"
 TENANT = "00000000-0000-0000-0000-0000000000bb"
 CLIENT_ID = "00000000-0000-0000-0000-0000000000cc"
 RESOURCE_GROUP = "rg-burst"
-LOCATION = "eastus"
 MARKETPLACE_IMAGE = "Canonical:ubuntu-24_04-lts:server:latest"
 
-
-def _sku(name: str, vcpus: int, memory_gb: float, gpus: int, family: str) -> JSON:
-    caps = [
-        {"name": "vCPUs", "value": str(vcpus)},
-        {"name": "MemoryGB", "value": f"{memory_gb:g}"},
-        {"name": "CpuArchitectureType", "value": "x64"},
-    ]
-    if gpus:
-        caps.append({"name": "GPUs", "value": str(gpus)})
-    return {
-        "resourceType": "virtualMachines",
-        "name": name,
-        "tier": "Standard",
-        "size": name.removeprefix("Standard_"),
-        "family": family,
-        "locations": [LOCATION],
-        "locationInfo": [{"location": LOCATION, "zones": ["1", "2", "3"]}],
-        "capabilities": caps,
-        "restrictions": [],
-    }
-
-
-DEFAULT_SKUS: list[JSON] = [
-    _sku("Standard_D2s_v3", 2, 8, 0, "standardDSv3Family"),
-    _sku("Standard_D4s_v3", 4, 16, 0, "standardDSv3Family"),
-    _sku("Standard_NC24ads_A100_v4", 24, 220, 1, "StandardNCADSA100v4Family"),
-    _sku("Standard_ND96asr_v4", 96, 900, 8, "standardNDASv4_A100Family"),
-    _sku("Standard_ND96isr_H100_v5", 96, 1900, 8, "standardNDSH100v5Family"),
-    {  # not a VM size: the provider must skip it
-        "resourceType": "disks",
-        "name": "Premium_LRS",
-        "tier": "Premium",
-        "locations": [LOCATION],
-        "capabilities": [],
-        "restrictions": [],
-    },
-]
 
 # Which CONTROL endpoint names map to which public methods (for a fake in another process).
 CONTROL_METHODS = (
@@ -142,6 +108,8 @@ class FakeState:
     slowness: list[Slowness] = field(default_factory=list)
     capacity: int | None = None
     next_ip: int = 4
+    # NIC (lower-cased) -> (the VM it is reserved for, monotonic time the reservation ends)
+    reserved_nics: dict[str, tuple[str, float]] = field(default_factory=dict)
 
 
 class ArmError(Exception):
@@ -178,6 +146,7 @@ class FakeAzure(HttpFake):
         skus: list[JSON] | None = None,
         honor_delete_options: bool = True,
         client_secret: str | None = None,
+        nic_reservation_s: float = 180.0,
     ) -> None:
         super().__init__()
         # the account: the service principal, its subscription and resource group
@@ -186,6 +155,7 @@ class FakeAzure(HttpFake):
         self.resource_group, self.location = RESOURCE_GROUP, LOCATION
         self.page_size, self.lro_polls = page_size, lro_polls
         self.honor_delete_options = honor_delete_options
+        self.nic_reservation_s = nic_reservation_s
         self.skus = copy.deepcopy(skus if skus is not None else DEFAULT_SKUS)
         self.vnet_subnet = (
             f"/subscriptions/{SUBSCRIPTION}/resourceGroups/{RESOURCE_GROUP}"
@@ -267,36 +237,40 @@ class FakeAzure(HttpFake):
             self.state.faults.append(fault)
 
     def fail_next_vm_puts(
-        self, code: str, attempts: int = 1, status: int | None = None, retry_after: str = "0.05"
+        self,
+        code: str,
+        attempts: int = 1,
+        status: int | None = None,
+        retry_after: str | None = "0.05",
     ) -> None:
-        """Fail VM creations the way Azure signals `code`:
+        """Fail VM creations the way Azure signals `code` (the shapes in SHAPES, each with
+        where it was seen):
 
-        AllocationFailed / ZonalAllocationFailed / OverconstrainedAllocationRequest: accepted,
-        then the async operation fails (the VM is left in provisioningState Failed);
-        SkuNotAvailable, QuotaExceeded, OperationNotAllowed, Conflict: 409 on the PUT
-        (QuotaExceeded and OperationNotAllowed as the quota refusal: additionalInfo of type
-        QuotaDetails, as ARM sends with "exceeding approved ... quota");
-        TooManyRequests / SubscriptionRequestsThrottled: 429 with Retry-After.
+        AllocationFailed / ZonalAllocationFailed / Overconstrained*: accepted, then the
+        async operation fails (the VM is left in provisioningState Failed); the same wrapped
+        in ResourceOperationFailure: "Wrapped" + the code; SkuNotAvailable, Conflict: 409
+        on the PUT; OperationNotAllowed (Total Regional Cores), FamilyCoresQuota,
+        LowPriorityCores: 409 OperationNotAllowed naming the quota; TooManyRequests: 429
+        OperationNotAllowed with TooManyRequests in details[] (Retry-After `retry_after`,
+        None for none, as Compute often sends); SubscriptionRequestsThrottled: ARM's 429.
         """
-        in_operation = code in ("AllocationFailed", "ZonalAllocationFailed") or code.startswith(
-            "Overconstrained"
-        )
-        throttled = code in ("TooManyRequests", "SubscriptionRequestsThrottled")
-        chosen = status or (429 if throttled else 200 if in_operation else 409)
+        shape = SHAPES[code]
+        in_operation = shape.status == 200
         self.fail_next(
             "PUT",
             "/providers/microsoft.compute/virtualmachines/",
-            chosen,
-            code,
+            status or shape.status,
+            shape.code,
             attempts,
-            message=_MESSAGES.get(code, ""),
+            message=shape.message,
             in_operation=in_operation,
-            retry_after=retry_after if throttled else None,
-            extra=_QUOTA_DETAILS if code in ("QuotaExceeded", "OperationNotAllowed") else None,
+            retry_after=retry_after if shape.status == 429 else None,
+            extra=copy.deepcopy(shape.extra),
         )
 
     def limit_capacity(self, instances: int | None) -> None:
-        """Only `instances` more VMs can be allocated, then AllocationFailed (None: no limit)."""
+        """Only `instances` more VMs can be allocated, then the operation fails with
+        ResourceOperationFailure wrapping AllocationFailed (None: no limit)."""
         with self.lock:
             self.state.capacity = instances
 
@@ -438,6 +412,10 @@ class FakeAzure(HttpFake):
             raise ArmError(404, "SubscriptionNotFound", f"subscription {segs[1:2]} not found")
         if low[2:5] == ["providers", "microsoft.compute", "skus"]:
             return self._page(path, query, [s for s in self.skus if _sku_in(s, query)])
+        if low[2:] == ["providers", "microsoft.compute", "virtualmachines"]:
+            # VirtualMachines_ListAll: statusOnly=true returns each VM's instance view
+            views = [self._vm_view(vm, query) for vm in self.state.vms.values()]
+            return self._page(path, query, views)
         if low[2:4] == ["providers", "microsoft.compute"] and "operations" in low:
             return self._poll(segs[-1])
         if low[2:4] == ["providers", "microsoft.compute"] and "publishers" in low:
@@ -506,7 +484,11 @@ class FakeAzure(HttpFake):
         if not req.segs:
             if req.method != "GET":
                 raise ArmError(405, "MethodNotAllowed", req.method)
-            views = [self._vm_view(vm, req.query) for vm in self.state.vms.values()]
+            # $expand=instanceView "can only be specified if a valid $filter option is
+            # specified" (VirtualMachines_List in azure-rest-api-specs, the SDK's docstring):
+            # without one the listing carries no instance view, as `_vm_view` leaves it out
+            query = {k: v for k, v in req.query.items() if k != "$expand" or "$filter" in req.query}
+            views = [self._vm_view(vm, query) for vm in self.state.vms.values()]
             return self._page(req.path, req.query, views)
         name = req.segs[0]
         vm = self.state.vms.get(name.lower())
@@ -526,7 +508,7 @@ class FakeAzure(HttpFake):
         props.get("osProfile", {}).pop("customData", None)
         if query.get("$expand") != "userData":
             props.pop("userData", None)
-        if query.get("$expand") == "instanceView":
+        if query.get("$expand") == "instanceView" or query.get("statusOnly") == "true":
             state = props["provisioningState"].lower()
             props["instanceView"] = {
                 "statuses": [
@@ -541,14 +523,14 @@ class FakeAzure(HttpFake):
             if vm["properties"]["provisioningState"] == "Deleting":
                 raise ArmError(409, "OperationNotAllowed", f"VM {name} is being deleted.")
             return Reply(200, self._vm_view(vm, {}))  # an update: nothing new to create
-        props = body.get("properties", {})
-        self._validate_vm(props)
+        self._validate_vm(name, body)
         failure = self._pending_failure
         error: JSON | None = None
         if failure is not None:
             error = {"code": failure.code, "message": failure.message, **(failure.extra or {})}
         elif self.state.capacity is not None and self.state.capacity <= 0:
-            error = {"code": "AllocationFailed", "message": _MESSAGES["AllocationFailed"]}
+            wrapped = SHAPES["WrappedAllocationFailed"]
+            error = {"code": wrapped.code, "message": wrapped.message, **wrapped.extra}
         elif self.state.capacity is not None:
             self.state.capacity -= 1
         vm = self._new_vm(name, body)
@@ -558,13 +540,49 @@ class FakeAzure(HttpFake):
         op_url = self._operation(error, finish)
         return Reply(201, self._vm_view(vm, {}), {"Azure-AsyncOperation": op_url})
 
-    def _validate_vm(self, props: JSON) -> None:
+    def _sku_allowed(self, size: str, zones: list[str], spot: bool) -> None:
+        """SkuNotAvailable (409) for a size restricted here, in a zone asked for, or as
+        spot without LowPriorityCapable (the restrictions the SKU listing shows)."""
+        sku = next(s for s in self.skus if s["name"] == size)
+        refused = False
+        for rule in sku.get("restrictions", []):
+            if rule["type"] == "Location":
+                refused = True
+            elif rule["type"] == "Zone":
+                refused = refused or bool(set(zones) & set(rule["restrictionInfo"]["zones"]))
+        caps = {c["name"]: c["value"] for c in sku.get("capabilities", [])}
+        if refused or (spot and caps.get("LowPriorityCapable") != "True"):
+            raise ArmError(409, "SkuNotAvailable", SHAPES["SkuNotAvailable"].message)
+
+    def _nic_reserved(self, nic_name: str, vm_name: str) -> None:
+        """400 NicReservedForAnotherVm while the NIC is reserved for another VM (deleting it
+        counts as another). Body as quoted from real answers in a terraform destroy log (a
+        NIC DELETE, status 400) and in DataBiosphere/terra-workspace-manager's Azure VM
+        step (a VM PUT): the reservation lasts 180 s and only the message says so."""
+        held = self.state.reserved_nics.get(nic_name.lower())
+        if held is None or held[1] <= time.monotonic() or (vm_name and held[0] == vm_name.lower()):
+            self.state.reserved_nics.pop(nic_name.lower(), None)
+            return
+        raise ArmError(
+            400,
+            "NicReservedForAnotherVm",
+            "Nic(s) in request is reserved for another Virtual Machine for 180 seconds. "
+            "Please provide another nic(s) or retry after 180 seconds. Reserved VM: "
+            + self._rid("Microsoft.Compute/virtualMachines", held[0]),
+            extra={"details": []},
+        )
+
+    def _validate_vm(self, name: str, body: JSON) -> None:
+        vm_name, props = name, body.get("properties", {})
         size = props.get("hardwareProfile", {}).get("vmSize", "")
         if size not in {s["name"] for s in self.skus if s["resourceType"] == "virtualMachines"}:
             raise ArmError(400, "InvalidParameter", f"The value {size} of vmSize is invalid.")
+        self._sku_allowed(size, body.get("zones") or [], props.get("priority") == "Spot")
         for ref in props.get("networkProfile", {}).get("networkInterfaces", []):
-            if ref.get("id", "").rsplit("/", 1)[-1].lower() not in self.state.nics:
+            nic_name = ref.get("id", "").rsplit("/", 1)[-1]
+            if nic_name.lower() not in self.state.nics:
                 raise ArmError(400, "InvalidResourceReference", f"{ref.get('id')} not found.")
+            self._nic_reserved(nic_name, vm_name)
         image = props.get("storageProfile", {}).get("imageReference", {})
         if not self._image_exists(image):
             raise ArmError(404, "ImageNotFound", f"image {image} not found.")
@@ -633,6 +651,7 @@ class FakeAzure(HttpFake):
     def _delete_vm(self, name: str, vm: JSON | None) -> Reply:
         if vm is None:
             return Reply(204, None)
+        vm["_failed"] = vm["properties"]["provisioningState"] == "Failed"
         vm["properties"]["provisioningState"] = "Deleting"
         vm["_power"] = "deallocating"
 
@@ -645,16 +664,21 @@ class FakeAzure(HttpFake):
         return Reply(202, None, {"Azure-AsyncOperation": op_url, "Location": op_url})
 
     def _delete_attached(self, vm: JSON) -> None:
+        """A deleted VM's deletables go with it (delete option Delete); the NIC of a VM
+        whose creation failed, or one kept, stays reserved for that VM for 180 s
+        (NicReservedForAnotherVm, see _nic_reserved)."""
         props = vm["properties"]
+        until = time.monotonic() + self.nic_reservation_s
         for ref in props.get("networkProfile", {}).get("networkInterfaces", []):
             nic = self.state.nics.get(ref["id"].rsplit("/", 1)[-1].lower())
             if nic is None:
                 continue
             nic["properties"].pop("virtualMachine", None)
-            if self.honor_delete_options and ref.get("properties", {}).get("deleteOption") == (
-                "Delete"
-            ):
+            goes = ref.get("properties", {}).get("deleteOption") == "Delete"
+            if self.honor_delete_options and goes and not vm.get("_failed"):
                 self.state.nics.pop(nic["name"].lower(), None)
+            else:
+                self.state.reserved_nics[nic["name"].lower()] = (vm["name"].lower(), until)
         os_disk = props.get("storageProfile", {}).get("osDisk", {})
         if self.honor_delete_options and os_disk.get("deleteOption") == "Delete":
             self.state.disks.pop(os_disk.get("name", "").lower(), None)
@@ -675,6 +699,7 @@ class FakeAzure(HttpFake):
                 return Reply(204, None)
             if nic["properties"].get("virtualMachine"):
                 raise ArmError(400, "NicInUse", f"Network interface {name} is used by a VM.")
+            self._nic_reserved(name, "")
             del self.state.nics[name.lower()]
             return Reply(200, None)
         if method == "PUT":
@@ -781,36 +806,6 @@ class FakeAzure(HttpFake):
         key3 = (ref.get("publisher", "").lower(), ref.get("offer", "").lower())
         versions = self.marketplace.get((*key3, ref.get("sku", "").lower()))
         return versions is not None and ref.get("version") in (*versions, "latest")
-
-
-_MESSAGES = {
-    "AllocationFailed": "Allocation failed. We do not have sufficient capacity for the requested "
-    "VM size in this region.",
-    "ZonalAllocationFailed": "Allocation failed. We do not have sufficient capacity for the "
-    "requested VM size in this zone.",
-    "SkuNotAvailable": "The requested VM size is currently not available in location 'eastus'.",
-    "OperationNotAllowed": "Operation could not be completed as it results in exceeding approved "
-    "Total Regional Cores quota.",
-    "QuotaExceeded": "Operation could not be completed as it results in exceeding approved quota.",
-    "TooManyRequests": "The request is being throttled.",
-}
-
-
-# What ARM adds to a regional-cores quota refusal (OperationNotAllowed / QuotaExceeded).
-_QUOTA_DETAILS: JSON = {
-    "additionalInfo": [
-        {
-            "type": "QuotaDetails",
-            "info": {
-                "location": LOCATION,
-                "quotaResourceName": "cores",
-                "currentLimit": 10,
-                "currentUsage": 8,
-                "additionalRequired": 4,
-            },
-        }
-    ]
-}
 
 
 def _not_found(kind: str, name: str) -> str:

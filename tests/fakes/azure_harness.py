@@ -21,7 +21,7 @@ WRONG_SECRET = "wrong-secret-0f9e8d7c6b5a"
 
 # How each kind is signalled by Azure (see FakeAzure.fail_next_vm_puts).
 FAULT_CODES = {
-    ErrorKind.CAPACITY: "AllocationFailed",
+    ErrorKind.CAPACITY: "WrappedAllocationFailed",  # ResourceOperationFailure around it
     ErrorKind.QUOTA: "OperationNotAllowed",
     ErrorKind.THROTTLED: "TooManyRequests",
 }

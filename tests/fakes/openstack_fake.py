@@ -6,7 +6,19 @@ token flow (`POST /identity/v3/auth/tokens`, a catalog pointing back at this ser
 a wrong password), flavors (detail, with `extra_specs`), servers (create, list and detail list
 paged with `marker`/`limit` and `servers_links`, get, delete), images and networks by name or
 id, and key pairs. A new server is BUILD for `build_polls` reads, then ACTIVE, or ERROR with
-the fault {"code": 500, "message": "No valid host was found. ..."} when capacity is exhausted.
+the fault {"code": 500, "message": "No valid host was found. ..."} when capacity is exhausted
+(or another fault injected by `fail_next_creates`).
+
+Where each answer's shape was seen (Debian 12's nova, 2:26.2.2 "Zed", python3-nova):
+- the microversion range: nova/api/openstack/api_version_request.py `_MAX_API_VERSION = '2.93'`;
+- server faults: nova/compute/utils.py `exception_to_dict` (code 500 unless the exception has
+  another, message the exception's formatted text), nova/exception.py msg_fmt for
+  NoValidHost, BuildAbortException, ImageUnacceptable, MaxRetriesExceeded, TooManyInstances
+  (code 413), and nova/conductor/manager.py (MaxRetriesExceeded "Exhausted all hosts
+  available for retrying build failures ..."; the quota recheck's TooManyInstances buries
+  the server in ERROR);
+- create refusals: nova/api/openstack/compute/servers.py (OverQuota and
+  ExternalNetworkAttachForbidden both as HTTPForbidden, 403, body {"forbidden": {...}}).
 
 Faults are injected from the test process through thread-safe methods (`fail_next`,
 `fail_next_creates`, `limit_capacity`, `set_quota`, `set_build_polls`, `set_password`,
@@ -44,9 +56,20 @@ USERNAME = "burst-user"
 PROJECT = "burst-project"
 DOMAIN = "Default"
 CLOUD_NAME = "fakestack"
-NOVA_MAX_MICROVERSION = "2.96"
+NOVA_MAX_MICROVERSION = "2.93"  # nova Zed, Debian 12 (nova/api/openstack/api_version_request.py)
 NO_VALID_HOST = "No valid host was found. There are not enough hosts available."
 QUOTA_MESSAGE = "Quota exceeded for instances: Requested 1, but already used {used} of {limit}"
+# nova/exception.py ExternalNetworkAttachForbidden, a 403 on create (servers.py)
+EXTERNAL_NETWORK_MESSAGE = "It is not allowed to create an interface on external network {net}"
+# nova/exception.py BuildAbortException wrapping ImageUnacceptable (compute/manager.py
+# _build_resources): a fault with code 500, like NoValidHost, that is not capacity
+BUILD_ABORTED = "Build of instance {uuid} aborted: Image {image} is unacceptable: {why}"
+# nova/exception.py MaxRetriesExceeded, raised by conductor/manager.py after every host
+# failed to build the server (code 500)
+MAX_RETRIES = (
+    "Exceeded maximum number of retries. Exhausted all hosts available for retrying build "
+    "failures for instance {uuid}."
+)
 THROTTLE_MESSAGE = "This request was rate-limited."
 UPDATED = "2013-07-23T11:33:21Z"
 
@@ -144,6 +167,7 @@ class FakeState:
     faults: list[Fault] = field(default_factory=list)
     capacity: int | None = None  # servers that can still become ACTIVE (None: unlimited)
     capacity_faults: int = 0  # the next N created servers go to ERROR "No valid host"
+    build_faults: list[str] = field(default_factory=list)  # the next servers' other faults
     quota_instances: int | None = None  # 403 "Quota exceeded for instances" above this
     next_address: int = 10
 
@@ -276,10 +300,20 @@ class FakeOpenStack(HttpFake):
     def fail_next_creates(self, kind: str, attempts: int = 1, retry_after: str = "0") -> None:
         """Fail the next `attempts` server creations as OpenStack signals `kind`:
         "capacity": accepted, then the server goes to ERROR with fault 500 "No valid host";
-        "quota": 403 "Quota exceeded for instances"; "throttle": 429 with Retry-After."""
+        "broken-image": accepted, then ERROR with fault 500 "Build of instance ... aborted";
+        "retries": accepted, then ERROR with fault 500 "Exceeded maximum number of retries";
+        "quota-recheck": accepted, then ERROR with fault 413 "Quota exceeded for instances";
+        "quota": 403 "Quota exceeded for instances"; "policy": 403 "It is not allowed to
+        create an interface on external network"; "throttle": 429 with Retry-After."""
         if kind == "capacity":
             with self.lock:
                 self.state.capacity_faults += attempts
+        elif kind in ("broken-image", "retries", "quota-recheck"):
+            with self.lock:
+                self.state.build_faults.extend([kind] * attempts)
+        elif kind == "policy":
+            message = EXTERNAL_NETWORK_MESSAGE.format(net=next(iter(self.networks.values())))
+            self.fail_next("POST", "/compute/v2.1/servers", 403, attempts, message)
         elif kind == "quota":
             message = QUOTA_MESSAGE.format(used=10, limit=10) + " instances"
             self.fail_next("POST", "/compute/v2.1/servers", 403, attempts, message)
@@ -321,6 +355,7 @@ class FakeOpenStack(HttpFake):
             self.state.faults.clear()
             self.state.capacity = None
             self.state.capacity_faults = 0
+            self.state.build_faults.clear()
             self.state.quota_instances = None
 
     # ----------------------------------------------------------------- inspection
@@ -692,7 +727,10 @@ class FakeOpenStack(HttpFake):
         }
 
     def _fate(self) -> str:
-        """ACTIVE, or ERROR when capacity is out (decided at creation, shown after a poll)."""
+        """ACTIVE, or ERROR when capacity is out or a build fault was injected (decided at
+        creation, shown after a poll): "ERROR" (No valid host) or "ERROR:<kind>"."""
+        if self.state.build_faults:
+            return "ERROR:" + self.state.build_faults.pop(0)
         if self.state.capacity_faults > 0:
             self.state.capacity_faults -= 1
             return "ERROR"
@@ -713,18 +751,20 @@ class FakeOpenStack(HttpFake):
         }
 
     def _view(self, server: JSON) -> JSON:
-        """The server as Nova 2.96 shows it; each read moves a BUILD server towards its fate."""
+        """The server as Nova 2.93 shows it; each read moves a BUILD server towards its fate."""
         server["_views"] += 1
         if server["status"] == "BUILD" and server["_views"] > self.build_polls:
-            server["status"] = server["_fate"]
+            fate, _, fault = server["_fate"].partition(":")
+            server["status"] = fate
             if server["status"] == "ACTIVE":
                 server["launched_at"] = _iso(datetime.now(UTC), micro=True)
             else:
                 server["addresses"] = {}
+                code, message = self._fault(fault, server)
                 server["fault"] = {
-                    "code": 500,
+                    "code": code,
                     "created": _iso(datetime.now(UTC)),
-                    "message": NO_VALID_HOST,
+                    "message": message,
                 }
         status = server["status"]
         flavor = server["flavor"]
@@ -764,11 +804,23 @@ class FakeOpenStack(HttpFake):
             "tags": [],
             "trusted_image_certificates": None,
             "server_groups": [],
-            "pinned_availability_zone": None,
         }
         if server["fault"]:
             view["fault"] = dict(server["fault"])
         return view
+
+    def _fault(self, kind: str, server: JSON) -> tuple[int, str]:
+        """A server fault's code and message (nova/compute/utils.py exception_to_dict)."""
+        uuid_ = server["id"]
+        if kind == "broken-image":
+            why = "Image has no associated data"
+            return 500, BUILD_ABORTED.format(uuid=uuid_, image=server["image"], why=why)
+        if kind == "retries":
+            return 500, MAX_RETRIES.format(uuid=uuid_)
+        if kind == "quota-recheck":
+            used = len(self.state.servers)
+            return 413, QUOTA_MESSAGE.format(used=used, limit=used) + " instances"
+        return 500, NO_VALID_HOST
 
     def _server_flavor(self, flavor: JSON) -> JSON:
         if not self._since("2.47"):

@@ -11,6 +11,7 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,8 +19,10 @@ import pytest
 
 from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.azure.provider import AzureProvider
-from clustermgr.providers.azure.shapes import names_for
-from clustermgr.providers.base import TAG_NODE, InstanceState
+from clustermgr.providers.azure.shapes import TAG_NIC_MADE, names_for
+from clustermgr.providers.base import TAG_CLUSTER, TAG_NODE, InstanceState, Provider
+from tests.fakes.azure_answers import SHAPES
+from tests.fakes.azure_fake import FakeAzure
 from tests.fakes.azure_harness import CLUSTER, AzureHarness, ca_bundle_env, contract_harness
 
 pytestmark = pytest.mark.integration
@@ -53,9 +56,10 @@ def test_listing_follows_next_links(harness: AzureHarness) -> None:
     provider = provider_of(harness)
     nodes = [f"n-{i:03d}" for i in range(5)]
     assert provider.launch(harness.spec(nodes), 5, "req-page").ok
-    before = len(harness.fake.requests("GET", "/virtualMachines"))
+    group = f"{harness.fake.resource_group}/providers/Microsoft.Compute/virtualMachines"
+    before = len(harness.fake.requests("GET", group))
     listed = provider.list_instances()
-    pages = len(harness.fake.requests("GET", "/virtualMachines")) - before
+    pages = len(harness.fake.requests("GET", group)) - before
     assert pages == 3  # page size 2: 2 + 2 + 1
     assert sorted(i.node_name or "" for i in listed.values()) == nodes
     assert all(i.private_address and i.private_address.startswith("10.0.") for i in listed.values())
@@ -94,17 +98,32 @@ def test_vm_carries_tags_user_data_and_delete_options(harness: AzureHarness) -> 
     assert props["networkProfile"]["networkInterfaces"][0]["properties"]["deleteOption"] == "Delete"
 
 
+def nic_of(fake: FakeAzure, vm_name: str) -> str:
+    ref = fake.vm(vm_name)["properties"]["networkProfile"]["networkInterfaces"][0]
+    return str(ref["id"]).rsplit("/", 1)[-1]
+
+
+def nics_settle(provider: Provider, fake: FakeAzure, expected: list[str]) -> list[str]:
+    """The fake's NICs once the provider's listings have retried what Azure held (5 s)."""
+    deadline = time.monotonic() + 5
+    while fake.nic_names() != expected and time.monotonic() < deadline:
+        time.sleep(0.1)
+        provider.list_instances()
+    return fake.nic_names()
+
+
 @pytest.mark.parametrize("honor", [True, False])
 def test_terminate_removes_vm_nic_and_os_disk(tmp_path: Path, honor: bool) -> None:
-    with contract_harness(tmp_path, honor_delete_options=honor) as h:
+    # honor=False: Azure keeps the NIC, reserved for its deleted VM (NicReservedForAnotherVm)
+    with contract_harness(tmp_path, honor_delete_options=honor, nic_reservation_s=0.5) as h:
         provider = provider_of(h)
         result = provider.launch(h.spec(["n-001", "n-002"]), 2, "req-del")
         assert len(h.fake.nic_names()) == 2 and len(h.fake.disk_names()) == 2
-        doomed = result.instances[0].instance_id
+        doomed, kept = (i.instance_id for i in result.instances)
         provider.terminate([doomed, "never-existed"], "req-del-2")
-        assert h.fake.vm_names() == [result.instances[1].instance_id]
-        assert h.fake.nic_names() == [f"{result.instances[1].instance_id}-nic"]
-        assert h.fake.disk_names() == [f"{result.instances[1].instance_id}-osdisk"]
+        assert h.fake.vm_names() == [kept]
+        assert nics_settle(provider, h.fake, [nic_of(h.fake, kept)]) == [nic_of(h.fake, kept)]
+        assert h.fake.disk_names() == [f"{kept}-osdisk"]
 
 
 def test_names_are_deterministic_and_retries_reuse_them(harness: AzureHarness) -> None:
@@ -132,23 +151,140 @@ def test_capacity_falls_back_to_the_next_type_and_cleans_the_failed_vm(
     assert harness.fake.vm_names() == [result.instances[0].instance_id]  # no Failed VM left
 
 
-def test_quota_does_not_try_other_types_and_leaves_nothing(harness: AzureHarness) -> None:
-    harness.fake.fail_next_vm_puts("QuotaExceeded", attempts=5)
-    result = provider_of(harness).launch(harness.spec(["n-001"]), 1, "req-quota")
-    assert [(e.kind, e.code) for e in result.errors] == [(ErrorKind.QUOTA, "QuotaExceeded")]
+@pytest.mark.parametrize("shape", ["OperationNotAllowed", "FamilyCoresQuota", "LowPriorityCores"])
+def test_quota_does_not_try_other_types_and_leaves_nothing(
+    harness: AzureHarness, shape: str
+) -> None:
+    # the real answers: 409 OperationNotAllowed whose message names the quota (regional
+    # cores, a family's cores, spot's LowPriorityCores), nothing structured
+    harness.fake.fail_next_vm_puts(shape, attempts=5)
+    spec = harness.spec(["n-001"])
+    if shape == "LowPriorityCores":
+        spec = replace(spec, market="spot")
+    result = provider_of(harness).launch(spec, 1, "req-quota")
+    assert [(e.kind, e.code) for e in result.errors] == [(ErrorKind.QUOTA, "OperationNotAllowed")]
     assert harness.fake.vm_names() == [] and harness.fake.nic_names() == []
 
 
-def test_operation_not_allowed_is_quota_only_with_quota_details(harness: AzureHarness) -> None:
-    harness.fake.fail_next_vm_puts("OperationNotAllowed", attempts=5)  # with QuotaDetails
-    result = provider_of(harness).launch(harness.spec(["n-001"]), 1, "req-quota-ona")
-    assert [(e.kind, e.code) for e in result.errors] == [(ErrorKind.QUOTA, "OperationNotAllowed")]
-    harness.fake.clear_faults()
+def test_operation_not_allowed_that_names_no_quota_is_other(harness: AzureHarness) -> None:
     vms = "/providers/microsoft.compute/virtualmachines/"
     harness.fake.fail_next("PUT", vms, 409, "OperationNotAllowed", 1, "VM x is being deleted.")
     result = provider_of(harness).launch(harness.spec(["n-002"]), 1, "req-refused")
     assert [(e.kind, e.code) for e in result.errors] == [(ErrorKind.OTHER, "OperationNotAllowed")]
     assert harness.fake.vm_names() == []
+
+
+def test_wrapped_zonal_allocation_failure_falls_back_to_the_next_zone_and_size(
+    harness: AzureHarness,
+) -> None:
+    # ResourceOperationFailure around ZonalAllocationFailed, in the operation's final status
+    provider = provider_of(harness)
+    harness.fake.fail_next_vm_puts("WrappedZonalAllocationFailed", attempts=2)
+    spec = replace(harness.spec(["n-001"]), zones=("1", "2"))
+    result = provider.launch(spec, 1, "req-wrapped")
+    assert result.ok and result.instances[0].instance_type == "Standard_ND96asr_v4"
+    assert [(e.kind, e.code, e.zone) for e in result.errors] == [
+        (ErrorKind.CAPACITY, "ZonalAllocationFailed", "1"),
+        (ErrorKind.CAPACITY, "ZonalAllocationFailed", "2"),
+    ]
+
+
+def test_a_failed_vms_reserved_nic_is_not_reused_and_is_deleted_once_azure_lets_it_go(
+    tmp_path: Path,
+) -> None:
+    with contract_harness(tmp_path, nic_reservation_s=1.0) as h:
+        provider = provider_of(h)
+        h.fake.fail_next_vm_puts("AllocationFailed", attempts=1)
+        result = provider.launch(h.spec(["n-001"]), 1, "req-nic")
+        assert result.ok  # the second size, with a NIC of its own (the first is reserved)
+        vm = result.instances[0].instance_id
+        assert len(h.fake.nic_names()) == 2
+        assert h.fake.requests("DELETE", "/networkInterfaces/")  # tried, refused: reserved
+        assert nics_settle(provider, h.fake, [nic_of(h.fake, vm)]) == [nic_of(h.fake, vm)]
+
+
+def test_a_nic_a_crash_left_behind_is_swept_by_the_listing_once_it_is_old(
+    harness: AzureHarness,
+) -> None:
+    provider = provider_of(harness)
+    assert isinstance(provider, AzureProvider)
+    body: Any = {
+        "location": harness.fake.location,
+        "tags": {TAG_CLUSTER: CLUSTER, TAG_NIC_MADE: str(int(time.time()) - 3600)},
+        "properties": {
+            "ipConfigurations": [
+                {"name": "ipconfig1", "properties": {"subnet": {"id": harness.fake.vnet_subnet}}}
+            ]
+        },
+    }
+    group, nics = harness.fake.resource_group, provider.network().network_interfaces
+    nics.begin_create_or_update(group, "contract-n-009-0badf00d-nic-abcdef", body).result()
+    body["tags"][TAG_NIC_MADE] = str(int(time.time()))  # just made by another process
+    nics.begin_create_or_update(group, "contract-n-010-0badf00d-nic-abcdef", body).result()
+    body["tags"] = {TAG_CLUSTER: "someone-else", TAG_NIC_MADE: "0"}
+    nics.begin_create_or_update(group, "theirs-nic-abcdef", body).result()
+    provider.list_instances()
+    assert harness.fake.nic_names() == ["contract-n-010-0badf00d-nic-abcdef", "theirs-nic-abcdef"]
+
+
+def test_a_throttled_put_without_retry_after_is_backed_off_and_retried(
+    harness: AzureHarness,
+) -> None:
+    # Compute's 429 OperationNotAllowed + TooManyRequests, with no Retry-After header
+    harness.fake.fail_next_vm_puts("TooManyRequests", attempts=2, retry_after=None)
+    result = provider_of(harness).launch(harness.spec(["n-001"]), 1, "req-throttle")
+    assert result.ok and result.errors == []
+    assert len(harness.fake.requests("PUT", "/virtualMachines/")) == 3
+
+
+def test_catalog_leaves_out_restricted_sizes_and_launch_skips_restricted_zones_and_spot(
+    harness: AzureHarness,
+) -> None:
+    provider = provider_of(harness)
+    names = {t.name for t in provider.catalog()}
+    assert "Standard_ND40rs_v2" not in names and "Standard_ND96isr_H100_v5" in names
+    # zone 3 of the H100 size is restricted for this subscription: not even tried
+    spec = replace(
+        harness.spec(["n-001"], ["Standard_ND96isr_H100_v5", "Standard_D2s_v3"]), zones=("3",)
+    )
+    result = provider.launch(spec, 1, "req-zone")
+    assert result.ok and result.instances[0].instance_type == "Standard_D2s_v3"
+    assert [(e.kind, e.code, e.instance_type) for e in result.errors] == [
+        (ErrorKind.CAPACITY, "SkuNotAvailable", "Standard_ND96isr_H100_v5")
+    ]
+    assert not [p for _, p in harness.fake.requests("PUT") if "zones" in p]
+    # no spot VMs of a size that is not LowPriorityCapable: the next size, no PUT for it
+    puts = len(harness.fake.requests("PUT", "/virtualMachines/"))
+    spot = replace(
+        harness.spec(["n-002"], ["Standard_HB120rs_v3", "Standard_D4s_v3"]), market="spot"
+    )
+    result = provider.launch(spot, 1, "req-spot")
+    assert result.ok and result.instances[0].instance_type == "Standard_D4s_v3"
+    assert len(harness.fake.requests("PUT", "/virtualMachines/")) == puts + 1
+
+
+def test_power_state_comes_from_the_status_only_listing(harness: AzureHarness) -> None:
+    provider = provider_of(harness)
+    result = provider.launch(harness.spec(["n-001"]), 1, "req-power")
+    vm = result.instances[0].instance_id
+    harness.fake.set_power_state(vm, "deallocated")
+    assert provider.list_instances()[vm].state is InstanceState.TERMINATED
+    assert harness.fake.requests("GET", "/providers/Microsoft.Compute/virtualMachines")
+
+
+def test_a_role_scoped_to_the_resource_group_lists_without_power_states(
+    harness: AzureHarness,
+) -> None:
+    provider = provider_of(harness)
+    vm = provider.launch(harness.spec(["n-001"]), 1, "req-scoped").instances[0].instance_id
+    subscription_vms = (
+        f"/subscriptions/{harness.fake.subscription_id}/providers/microsoft.compute/virtualmachines"
+    )
+    harness.fake.fail_next("GET", subscription_vms, 403, "AuthorizationFailed", attempts=1)
+    assert provider.list_instances()[vm].state is InstanceState.RUNNING  # provisioningState
+    assert len(harness.fake.requests("GET", subscription_vms)) == 1
+    provider.list_instances()
+    assert len(harness.fake.requests("GET", subscription_vms)) == 1  # not asked again
 
 
 def test_conflict_409_is_a_typed_error_not_an_exception(harness: AzureHarness) -> None:
@@ -159,14 +295,16 @@ def test_conflict_409_is_a_typed_error_not_an_exception(harness: AzureHarness) -
 
 def test_throttled_list_is_retried_then_raised_as_throttled(harness: AzureHarness) -> None:
     provider = provider_of(harness)
-    throttle = ("GET", "/virtualmachines", 429, "TooManyRequests")
-    harness.fake.fail_next(*throttle, 2, retry_after="0.01")
+    shape = SHAPES["TooManyRequests"]  # 429 OperationNotAllowed, TooManyRequests in details
+    throttle = ("GET", "/virtualmachines", 429, shape.code)
+    more = {"message": shape.message, "extra": shape.extra}
+    harness.fake.fail_next(*throttle, 2, retry_after="0.01", **more)
     assert provider.list_instances() == {}  # two 429s, retried by the SDK
-    harness.fake.fail_next(*throttle, 50, retry_after="0.01")
+    harness.fake.fail_next(*throttle, 50, retry_after="0.01", **more)
     with pytest.raises(ProviderError) as caught:
         provider.list_instances()
-    assert caught.value.kind is ErrorKind.THROTTLED
-    assert caught.value.code == "TooManyRequests"
+    assert caught.value.kind is ErrorKind.THROTTLED  # not OTHER: the launch backs off
+    assert caught.value.code == "OperationNotAllowed"
 
 
 def test_unknown_image_is_invalid_naming_the_field(harness: AzureHarness) -> None:
@@ -207,7 +345,8 @@ def test_check_lines(harness: AzureHarness) -> None:
     checks = provider_of(harness).check()
     assert [c.name for c in checks] == ["token", "resource group", "resource SKUs"]
     assert all(c.ok for c in checks)
-    assert "5 VM sizes" in checks[2].detail and "3 with GPUs" in checks[2].detail
+    # Standard_ND40rs_v2 is restricted in the region for this subscription: not offered
+    assert "6 VM sizes" in checks[2].detail and "3 with GPUs" in checks[2].detail
 
 
 def test_missing_resource_group_fails_check_without_raising(harness: AzureHarness) -> None:

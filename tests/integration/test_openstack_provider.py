@@ -113,6 +113,35 @@ def test_no_valid_host_is_capacity_deletes_server_and_tries_next_flavor(
     assert [s["id"] for s in harness.fake.servers()] == [result.instances[0].instance_id]
 
 
+@pytest.mark.parametrize(
+    ("fault", "kind", "text"),
+    [
+        ("broken-image", ErrorKind.OTHER, "aborted: Image"),
+        ("retries", ErrorKind.OTHER, "Exhausted all hosts"),
+        ("quota-recheck", ErrorKind.QUOTA, "Quota exceeded for instances"),
+    ],
+)
+def test_a_build_fault_that_is_not_no_valid_host_tries_no_other_flavor(
+    harness: OpenStackHarness, fault: str, kind: ErrorKind, text: str
+) -> None:
+    # Nova gives most build failures fault code 500 (the quota recheck 413): only "No valid
+    # host was found" is capacity, so a broken image does not walk every flavor
+    harness.fake.fail_next_creates(fault, attempts=1)
+    result = harness.os_provider().launch(harness.spec(["n-001"]), 1, "req-fault")
+    [error] = result.errors
+    assert result.instances == [] and (error.kind, error.instance_type) == (kind, "g1.a100x8")
+    assert text in error.message
+    assert creates(harness.fake) == 1 and harness.fake.servers() == []
+
+
+def test_external_network_policy_403_is_invalid_not_quota(harness: OpenStackHarness) -> None:
+    harness.fake.fail_next_creates("policy", attempts=1)
+    result = harness.os_provider().launch(harness.spec(["n-001"]), 1, "req-policy")
+    [error] = result.errors
+    assert error.kind is ErrorKind.INVALID and "external network" in error.message
+    assert creates(harness.fake) == 1
+
+
 def test_capacity_on_every_flavor_leaves_no_server(harness: OpenStackHarness) -> None:
     harness.fake.limit_capacity(0)
     provider = harness.os_provider()

@@ -154,7 +154,7 @@ class BootAgent:
     def step(self, instances: dict[str, CloudInstance]) -> None:
         # a machine stops when its instance is gone or going, not when one listing shows it
         # half (a tag update in flight); it boots at an address two listings agree on (the
-        # Azure fake re-creates a failed attempt's NIC under the same name, with a new IP)
+        # Azure provider gives each attempt at a VM a NIC of its own, with a new IP)
         gone = (InstanceState.STOPPING, InstanceState.TERMINATED, InstanceState.ERROR)
         for instance_id in list(self.booted):
             listed = instances.get(instance_id)

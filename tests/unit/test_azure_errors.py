@@ -83,7 +83,7 @@ def test_arm_codes_map_through_the_one_table(status: int, code: str, kind: Error
     assert (failure.kind, failure.code, failure.status) == (kind, code, status)
 
 
-def test_message_text_never_decides_the_kind() -> None:
+def test_message_text_decides_nothing_but_operation_not_allowed() -> None:
     misleading = arm_error(409, "AllocationFailed", "quota exceeded; throttled; unauthorized")
     assert classify(misleading).kind is ErrorKind.CAPACITY
     assert classify(arm_error(409, "SomethingNew", "AllocationFailed")).kind is ErrorKind.OTHER
@@ -110,16 +110,19 @@ def test_operation_not_allowed_is_quota_when_a_detail_code_is_a_quota_code() -> 
     assert classify(exc).kind is ErrorKind.QUOTA
 
 
-def test_operation_not_allowed_without_quota_details_is_other() -> None:
+def test_operation_not_allowed_without_quota_or_throttling_is_other() -> None:
     deleting = arm_error(409, "OperationNotAllowed", "VM n-001 is being deleted.")
     assert classify(deleting).kind is ErrorKind.OTHER
-    # the text reads like a quota refusal, but only the structured details decide
-    worded = arm_error(409, "OperationNotAllowed", QUOTA_MESSAGE, details=[{"code": "Conflict"}])
-    assert classify(worded).kind is ErrorKind.OTHER
     other_info = [{"type": "PolicyViolation", "info": {"policyDefinitionName": "p"}}]
     assert classify(arm_error(409, "OperationNotAllowed", additionalInfo=other_info)).kind is (
         ErrorKind.OTHER
     )
+
+
+def test_operation_not_allowed_naming_a_quota_is_quota() -> None:
+    # the message is where ARM names the quota (no additionalInfo in real answers)
+    worded = arm_error(409, "OperationNotAllowed", QUOTA_MESSAGE, details=[{"code": "Conflict"}])
+    assert classify(worded).kind is ErrorKind.QUOTA
 
 
 @pytest.mark.parametrize(
@@ -162,7 +165,7 @@ def test_vm_names_are_deterministic_valid_and_per_request() -> None:
     assert first.vm != names_for("prod", "gpu-a100-001", "req-2").vm
     assert first.vm != names_for("prod", "gpu-a100-002", "req-1").vm
     assert first.vm.startswith("prod-gpu-a100-001-")
-    assert (first.nic, first.os_disk) == (f"{first.vm}-nic", f"{first.vm}-osdisk")
+    assert first.os_disk == f"{first.vm}-osdisk"
     assert first.computer == "gpu-a100-001"
     long = names_for("Cluster_With.Odd" * 5, "Node_Name" * 10, "r")
     assert VALID_VM_NAME.match(long.vm) and len(long.vm) <= 64
@@ -208,7 +211,7 @@ def spec(**kw: Any) -> LaunchSpec:
 
 
 def request(zone: str | None = None) -> VmRequest:
-    names = Names("vm1", "vm1-nic", "vm1-osdisk", "n1")
+    names = Names("vm1", "vm1-osdisk", "n1")
     size = "Standard_ND96asr_v4"
     return VmRequest("eastus", names, "/nic/id", size, zone, {"a": "b"}, "ssh-rsa K")
 

@@ -56,12 +56,15 @@ def settings(**extra: Any) -> ProviderSettings:
 # ---------------------------------------------------------------------- classify
 
 
-def test_quota_on_create_is_quota_but_403_elsewhere_is_auth() -> None:
+def test_quota_on_create_is_quota_a_policy_refusal_is_invalid_403_elsewhere_is_auth() -> None:
     exc = http_error(sdk.ForbiddenException, 403, "Quota exceeded for instances: Requested 1")
     assert classify(exc, "create").kind is ErrorKind.QUOTA
     assert classify(exc, "create").code == "HTTP403"
     assert classify(exc).kind is ErrorKind.AUTH
     assert classify(exc, "delete").kind is ErrorKind.AUTH
+    policy = "It is not allowed to create an interface on external network n1"
+    refused = http_error(sdk.ForbiddenException, 403, policy)
+    assert classify(refused, "create").kind is ErrorKind.INVALID
 
 
 def test_kind_comes_from_the_status_never_the_text() -> None:
@@ -107,7 +110,9 @@ def test_not_found() -> None:
     ("fault", "kind", "code"),
     [
         ({"code": 500, "message": NO_VALID_HOST}, ErrorKind.CAPACITY, "ServerFault500"),
-        ({"code": 500, "message": "Exceeded maximum number of retries."}, ErrorKind.CAPACITY, None),
+        ({"code": 500, "message": "Exceeded maximum number of retries."}, ErrorKind.OTHER, None),
+        ({"code": 500, "message": "Build of instance x aborted: y"}, ErrorKind.OTHER, None),
+        ({"code": 413, "message": "Quota exceeded for instances"}, ErrorKind.QUOTA, None),
         ({"code": 503, "message": NO_VALID_HOST}, ErrorKind.TRANSIENT, None),
         ({"code": 400, "message": NO_VALID_HOST}, ErrorKind.OTHER, None),
         (None, ErrorKind.OTHER, "ServerError"),
@@ -123,8 +128,9 @@ def test_server_fault_by_code(
 
 
 def test_one_table_holds_every_mapping() -> None:
-    assert ERROR_KINDS[("fault", 500)] is ErrorKind.CAPACITY
-    assert ERROR_KINDS[("create", 403)] is ErrorKind.QUOTA
+    assert ERROR_KINDS[("fault", 500)] is ErrorKind.OTHER  # CAPACITY only for NoValidHost
+    assert ERROR_KINDS[("fault", 413)] is ErrorKind.QUOTA
+    assert ERROR_KINDS[("create", 403)] is ErrorKind.INVALID  # QUOTA when it names a quota
     assert ERROR_KINDS[429] is ErrorKind.THROTTLED
     assert ERROR_KINDS[401] is ErrorKind.AUTH
 

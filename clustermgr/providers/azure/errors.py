@@ -1,18 +1,31 @@
-"""Azure failures -> ErrorKind, from the ARM error `code` (or the HTTP status), never the text.
+"""Azure failures -> ErrorKind, from the ARM error `code` (or the HTTP status).
 
 `ERROR_KINDS` is the one table. Codes come from `HttpResponseError.error.code` (ARM's
 `{"error": {"code": ...}}`, also what a failed long-running operation reports); when the
-code is not in the table the HTTP status is looked up in the same table.
+code is not in the table the HTTP status is looked up in the same table. The shapes below
+are the ones the real service sends (tests/unit/test_cloud_error_shapes.py feeds each one
+through the SDK's own exception type, with its source):
 
-ARM answers `OperationNotAllowed` both for "exceeding approved ... quota" and for refusals that
-have nothing to do with quota (e.g. changing a VM that is being deleted). It is QUOTA only
-when the error's structured details say quota: a `details[].code` (at any depth) that the
-table maps to QUOTA, or an `additionalInfo[].type` of `QuotaDetails`. Otherwise OTHER.
+- Wrapped: a long-running operation's final status can carry `ResourceOperationFailure`
+  (or `ResourceDeploymentFailure`) with the real cause in `details[]` (AllocationFailed,
+  ZonalAllocationFailed, ...): the first detail code the table knows decides, and is the
+  code reported.
+- `OperationNotAllowed` is Compute's code for many refusals. It is THROTTLED when a detail
+  says `TooManyRequests` (a 429, often without Retry-After); QUOTA when its message names a
+  quota ("... exceeding approved Total Regional Cores quota", "... standardNDASv4Family
+  Cores quota", spot: "... LowPriorityCores quota"), a detail code is a quota code, or an
+  additionalInfo says QuotaDetails; OTHER otherwise (e.g. changing a VM being deleted).
+  That message is the only place the service names a quota, so it is read here and
+  nowhere else.
+- `NicReservedForAnotherVm` (400): a NIC of a failed or deleted VM stays reserved for it
+  for 180 s, for deletion and for reuse alike: TRANSIENT (the provider uses a fresh NIC and
+  deletes the old one later).
 """
 
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from azure.core.exceptions import (
@@ -76,6 +89,7 @@ ERROR_KINDS: dict[str | int, ErrorKind] = {
     "GatewayTimeout": ErrorKind.TRANSIENT,
     "OperationPreempted": ErrorKind.TRANSIENT,
     "Conflict": ErrorKind.TRANSIENT,  # another operation on the resource is in progress
+    "NicReservedForAnotherVm": ErrorKind.TRANSIENT,  # for 180 s after its VM failed or went
     "ServiceRequestError": ErrorKind.TRANSIENT,  # no connection (our own code)
     "ServiceResponseError": ErrorKind.TRANSIENT,
     # HTTP status when the code is not known
@@ -91,9 +105,14 @@ ERROR_KINDS: dict[str | int, ErrorKind] = {
 }
 
 NOT_FOUND_CODES = frozenset({"ResourceNotFound", "NotFound", "ParentResourceNotFound"})
-# Codes that are QUOTA only when the error's details or additionalInfo name a quota.
+# Codes that are QUOTA or THROTTLED only when the error's message or details say so.
 QUOTA_IF_DETAILED = frozenset({"OperationNotAllowed"})
 QUOTA_INFO_TYPES = frozenset({"QuotaDetails"})
+# How a refusal names a quota: "... results in exceeding approved Total Regional Cores
+# quota", "... approved standardNDASv4Family Cores quota", "... LowPriorityCores quota".
+QUOTA_TEXT = re.compile(r"exceed\w*\b.*\bquota\b|\bLowPriorityCores\b", re.IGNORECASE)
+# Errors whose cause is in details[]: a long-running operation's terminal state.
+WRAPPERS = frozenset({"ResourceOperationFailure", "ResourceDeploymentFailure"})
 
 
 def error_code(exc: BaseException) -> str:
@@ -113,9 +132,12 @@ def error_code(exc: BaseException) -> str:
 def classify(exc: BaseException) -> Failure:
     code = error_code(exc)
     status = exc.status_code if isinstance(exc, HttpResponseError) else None
+    nodes = _error_nodes(exc)
+    if code in WRAPPERS:
+        code = next((str(n.code) for n in nodes[1:] if str(n.code) in ERROR_KINDS), code)
     kind = ERROR_KINDS.get(code)
-    if code in QUOTA_IF_DETAILED and isinstance(exc, HttpResponseError) and _names_quota(exc):
-        kind = ErrorKind.QUOTA
+    if code in QUOTA_IF_DETAILED and isinstance(exc, HttpResponseError):
+        kind = _operation_not_allowed(exc, nodes)
     if kind is None and status is not None:
         kind = ERROR_KINDS.get(status)
     if kind is None and isinstance(exc, ClientAuthenticationError):
@@ -123,6 +145,28 @@ def classify(exc: BaseException) -> Failure:
     if kind is None and isinstance(exc, (ServiceRequestError, ServiceResponseError)):
         kind = ErrorKind.TRANSIENT
     return Failure(kind or ErrorKind.OTHER, code, short_message(exc), status)
+
+
+def _operation_not_allowed(exc: HttpResponseError, nodes: list[Any]) -> ErrorKind:
+    """OperationNotAllowed: throttling, a quota, or another refusal (see the module doc)."""
+    if any(ERROR_KINDS.get(str(n.code)) is ErrorKind.THROTTLED for n in nodes[1:]):
+        return ErrorKind.THROTTLED
+    if any(QUOTA_TEXT.search(str(n.message or "")) for n in nodes) or _names_quota(exc, nodes):
+        return ErrorKind.QUOTA
+    return ErrorKind.OTHER
+
+
+def _error_nodes(exc: BaseException) -> list[Any]:
+    """The ARM error and its details at any depth, depth first, the error itself first."""
+    if not isinstance(exc, HttpResponseError) or exc.error is None:
+        return []
+    found: list[Any] = []
+    stack: list[Any] = [exc.error]
+    while stack:  # ODataV4Format parses `details` at every depth
+        node = stack.pop(0)
+        found.append(node)
+        stack[:0] = list(node.details or [])
+    return found
 
 
 def is_not_found(exc: BaseException) -> bool:
@@ -142,22 +186,14 @@ def short_message(exc: BaseException, limit: int = 240) -> str:
     return first_line(text, limit) or type(exc).__name__[:limit]
 
 
-def _names_quota(exc: HttpResponseError) -> bool:
-    """Whether the ARM error's structured details (never its text) say it is about a quota:
-    a detail code (at any depth) that the table maps to QUOTA, or additionalInfo of type
-    QuotaDetails (on the error or on a detail)."""
-    nodes: list[Any] = []
-    stack: list[Any] = [exc.error] if exc.error is not None else []
-    while stack:  # the error and its details: ODataV4Format parses `details` at every depth
-        node = stack.pop()
-        nodes.append(node)
-        stack.extend(node.details)
-    codes = {str(node.code) for node in nodes[1:]}
+def _names_quota(exc: HttpResponseError, nodes: list[Any]) -> bool:
+    """Whether the error's structure says quota: a detail code (at any depth) that the table
+    maps to QUOTA, or additionalInfo of type QuotaDetails (on the error or on a detail)."""
+    quota_code = any(ERROR_KINDS.get(str(n.code)) is ErrorKind.QUOTA for n in nodes[1:])
     # ARMErrorFormat parses additionalInfo, but the error of a failed long-running operation
     # is a plain ODataV4Format: read additionalInfo from the answer's JSON as well.
     types = {str(i.type) for n in nodes for i in getattr(n, "additional_info", None) or ()}
     types |= _info_types(_body_error(exc))
-    quota_code = any(ERROR_KINDS.get(code) is ErrorKind.QUOTA for code in codes)
     return quota_code or bool(types & QUOTA_INFO_TYPES)
 
 

@@ -2,6 +2,11 @@
 
 Only client.py and errors.py import the Azure SDK. Every VM
 carries our tags; list/terminate only ever touch VMs tagged with this cluster's name.
+Each attempt at a VM gets a NIC of its own; NICs no VM uses are deleted until they go
+(nics.py). The catalog leaves out sizes restricted in the region for this subscription,
+and a launch skips the zones a size is restricted in and, for spot, the sizes that are not
+LowPriorityCapable. Power state comes from the subscription's `statusOnly=true` listing:
+a resource group's listing returns no instance view without a `$filter`.
 """
 
 from __future__ import annotations
@@ -17,9 +22,12 @@ from clustermgr.config import ProviderSettings
 from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.azure.client import AzureClients
 from clustermgr.providers.azure.errors import SDK, SDK_ERRORS, classify, is_not_found
+from clustermgr.providers.azure.nics import NicJanitor
 from clustermgr.providers.azure.shapes import (
     Names,
+    SkuFacts,
     VmRequest,
+    fresh_nic_name,
     image_reference,
     instance_state,
     instance_tags,
@@ -27,6 +35,8 @@ from clustermgr.providers.azure.shapes import (
     names_for,
     names_of,
     nic_body,
+    nic_tags,
+    sku_facts,
     vm_body,
 )
 from clustermgr.providers.base import (
@@ -50,6 +60,7 @@ log = logging.getLogger(__name__)
 
 MANAGEMENT_SCOPE = "https://management.azure.com/.default"
 MAX_WORKERS = 16  # concurrent VM creations / deletions per call
+NIC_RESERVED = "NicReservedForAnotherVm"
 T = TypeVar("T")
 Bad = Callable[[str, str, str], ProviderError]  # (field, value, why) -> INVALID error
 
@@ -79,6 +90,9 @@ class AzureProvider(CloudProvider[VmPlan]):
         super().__init__(settings, cluster)
         self.resource_group = settings.resource_group or ""
         self.clients = AzureClients(settings, pool_size=MAX_WORKERS + 4)
+        self.nics = NicJanitor(cluster, self.network, self.resource_group)
+        self.skus: dict[str, SkuFacts] = {}  # by lower-cased size name, from read_catalog
+        self._power_refused = False  # the subscription's VM listing answered AUTH once
 
     def credential_source(self) -> str:
         return self.clients.credential_source()
@@ -100,34 +114,76 @@ class AzureProvider(CloudProvider[VmPlan]):
             "listing resource SKUs",
             lambda: list(compute.resource_skus.list(filter=f"location eq '{self.region}'")),
         )
-        found = {t.name: t for t in (instance_type_of(s, self.region) for s in skus) if t}
+        found: dict[str, InstanceType] = {}
+        for sku in skus:
+            itype = instance_type_of(sku, self.region)
+            if itype is None:
+                continue
+            facts = sku_facts(sku, self.region)
+            self.skus[itype.name.lower()] = facts
+            if facts.region_ok:  # restricted for this subscription here: never offered
+                found[itype.name] = itype
         return sorted(found.values(), key=lambda t: t.name)
 
     # ------------------------------------------------------------------ list
 
     def list_instances(self) -> dict[str, CloudInstance]:
+        self.nics.retry()
         compute, network = self.compute(), self.network()
         vms = self.call(
             f"listing VMs in resource group {self.resource_group}",
-            lambda: list(compute.virtual_machines.list(self.resource_group, expand="instanceView")),
+            lambda: list(compute.virtual_machines.list(self.resource_group)),
         )
-        ours = [vm for vm in vms if (vm.tags or {}).get(TAG_CLUSTER) == self.cluster]
-        if not ours:
-            return {}
         nics = self.call(
             f"listing network interfaces in resource group {self.resource_group}",
             lambda: list(network.network_interfaces.list(self.resource_group)),
         )
+        self.nics.sweep(nics, {_last(r.id).lower() for vm in vms for r in _nic_refs(vm)})
+        ours = [vm for vm in vms if (vm.tags or {}).get(TAG_CLUSTER) == self.cluster]
+        if not ours:
+            return {}
+        statuses = self._power_states()
         addresses = {str(nic.id).lower(): _private_ip(nic) for nic in nics}
-        instances = (self._instance(vm, addresses) for vm in ours)
+        instances = (self._instance(vm, addresses, statuses) for vm in ours)
         return {inst.instance_id: inst for inst in instances}
 
-    def _instance(self, vm: Any, addresses: dict[str, str | None]) -> CloudInstance:
+    def _power_states(self) -> dict[str, list[str]]:
+        if self._power_refused:
+            return {}
+        return self._read_power_states()
+
+    def _read_power_states(self) -> dict[str, list[str]]:
+        """VM id (lower-cased) -> its instance-view status codes (PowerState/...), from the
+        one listing that returns them for many VMs: the subscription's, statusOnly=true."""
+        compute = self.compute()
+        try:
+            vms = self.call(
+                "listing VM power states",
+                lambda: list(compute.virtual_machines.list_all(status_only="true")),
+            )
+        except ProviderError as exc:
+            if exc.kind is not ErrorKind.AUTH:
+                raise
+            # a role scoped to the resource group may not list the subscription's VMs:
+            # states come from provisioningState alone (Succeeded: running)
+            self._power_refused = True
+            log.warning(
+                "%s: no power states (%s); reading provisioning states only", self.name, exc
+            )
+            return {}
+        states: dict[str, list[str]] = {}
+        for vm in vms:
+            view = getattr(vm, "instance_view", None)
+            codes = [str(s.code) for s in (getattr(view, "statuses", None) or []) if s.code]
+            states[str(vm.id).lower()] = codes
+        return states
+
+    def _instance(
+        self, vm: Any, addresses: dict[str, str | None], power: dict[str, list[str]] | None = None
+    ) -> CloudInstance:
         tags = dict(vm.tags or {})
-        nic_refs = getattr(vm.network_profile, "network_interfaces", None) or []
-        address = next((addresses.get(str(r.id).lower()) for r in nic_refs), None)
-        view = getattr(vm, "instance_view", None)
-        statuses = [str(s.code) for s in (getattr(view, "statuses", None) or []) if s.code]
+        address = next((addresses.get(str(r.id).lower()) for r in _nic_refs(vm)), None)
+        statuses = (power or {}).get(str(vm.id).lower(), [])
         created = getattr(vm, "time_created", None)
         return CloudInstance(
             instance_id=str(vm.name),
@@ -149,6 +205,7 @@ class AzureProvider(CloudProvider[VmPlan]):
         return VmPlan(spec, request_id, nodes, key) if nodes else None
 
     def start(self, plan: VmPlan, result: LaunchResult) -> None:
+        self.nics.retry()
         spec, request_id, key = plan.spec, plan.request_id, plan.ssh_public_key
         outcomes = self._parallel(lambda n: self._launch_node(spec, n, request_id, key), plan.nodes)
         for outcome in outcomes:
@@ -243,9 +300,12 @@ class AzureProvider(CloudProvider[VmPlan]):
         tags = instance_tags(self.cluster, spec, request_id, node)
         outcome = NodeOutcome()
         for itype in spec.instance_types:
-            for zone in spec.zones or (None,):
+            zones = self._zones_for(spec, itype, outcome)
+            for zone in zones:
                 req = VmRequest(self.region, names, "", itype, zone, tags, key)
                 instance, failure = self._attempt(spec, req)
+                if failure is not None and failure.code == NIC_RESERVED:
+                    instance, failure = self._attempt(spec, req)  # once more, another NIC
                 if instance is not None:
                     outcome.instance = instance
                     return outcome
@@ -255,20 +315,41 @@ class AzureProvider(CloudProvider[VmPlan]):
                         return self._give_up(names, outcome)
         return self._give_up(names, outcome)
 
+    def _zones_for(self, spec: LaunchSpec, itype: str, outcome: NodeOutcome) -> list[str | None]:
+        """The zones of the spec this size may be tried in: none when the subscription may
+        not use it here (or not as spot), which is CAPACITY like the PUT's SkuNotAvailable
+        (the next size, then the fallback template), without the PUT and its NIC."""
+        wanted: list[str | None] = list(spec.zones) or [None]
+        facts = self.skus.get(itype.lower())
+        if facts is None:
+            return wanted
+        zones = facts.usable_zones(wanted)
+        why = "" if zones else f"restricted in {self.region} zones {', '.join(map(str, wanted))}"
+        if spec.market == "spot" and not facts.spot:
+            zones, why = [], "not LowPriorityCapable (no spot VMs of this size)"
+        if not zones:
+            message = f"VM size {itype} is not available to this subscription: {why}"
+            error = LaunchError(ErrorKind.CAPACITY, "SkuNotAvailable", message, itype, None, 1)
+            outcome.errors.append(error)
+        return zones
+
     def _attempt(
         self, spec: LaunchSpec, req: VmRequest
     ) -> tuple[CloudInstance | None, Failure | None]:
-        """One VM creation of one size (in one zone). The NIC is (re)made first: deleting a
-        failed VM also deletes its NIC (delete option Delete)."""
+        """One VM creation of one size (in one zone), with a NIC of its own: the NIC of a
+        failed VM stays reserved for it for 180 s, so it is retired (nics.py), not reused."""
+        nic_name = fresh_nic_name(req.names.vm)
         try:
-            nic = self._ensure_nic(spec, req.names, dict(req.tags))
+            nic = self._ensure_nic(spec, nic_name, nic_tags(req.tags))
         except SDK_ERRORS as exc:
+            self.nics.retire([nic_name])
             return None, self.failure(exc)
         try:
             vm = self._create_vm(spec, replace(req, nic_id=str(nic.id)))
         except SDK_ERRORS as exc:
             failure = self.failure(exc)
             self._discard_failed_vm(req.names.vm)
+            self.nics.retire([nic_name])
             return None, failure
         return self._instance(vm, {str(nic.id).lower(): _private_ip(nic)}), None
 
@@ -278,17 +359,21 @@ class AzureProvider(CloudProvider[VmPlan]):
         if (vm.tags or {}).get(TAG_REQUEST) != request_id:
             message = f"VM {names.vm} exists for request {(vm.tags or {}).get(TAG_REQUEST)}"
             return NodeOutcome(errors=[LaunchError(ErrorKind.OTHER, "NameInUse", message)])
-        if state == "failed":
+        if state == "failed":  # an earlier try's: gone, with its NIC once Azure lets it go
             self._discard_failed_vm(names.vm)
+            self.nics.retire([_last(r.id) for r in _nic_refs(vm)])
             return None
         if state == "deleting":
             message = f"VM {names.vm} is being deleted"
             return NodeOutcome(errors=[LaunchError(ErrorKind.TRANSIENT, "Deleting", message)])
         network = self.network()
-        nic = self.call(
-            "reading NIC", lambda: network.network_interfaces.get(self.resource_group, names.nic)
-        )
-        return NodeOutcome(instance=self._instance(vm, {str(nic.id).lower(): _private_ip(nic)}))
+        group = self.resource_group
+        nics = [
+            self.call("reading NIC", functools.partial(network.network_interfaces.get, group, name))
+            for name in [_last(r.id) for r in _nic_refs(vm)][:1]
+        ]
+        addresses = {str(nic.id).lower(): _private_ip(nic) for nic in nics}
+        return NodeOutcome(instance=self._instance(vm, addresses))
 
     def _get_vm(self, name: str) -> Any | None:
         compute = self.compute()
@@ -299,11 +384,11 @@ class AzureProvider(CloudProvider[VmPlan]):
                 return None
             raise self.error(exc, f"reading VM {name}") from None
 
-    def _ensure_nic(self, spec: LaunchSpec, names: Names, tags: dict[str, str]) -> Any:
+    def _ensure_nic(self, spec: LaunchSpec, name: str, tags: dict[str, str]) -> Any:
         nsg = spec.security_groups[0] if spec.security_groups else None
         body: Any = nic_body(self.region, spec.subnets[0], tags, nsg)  # ARM JSON, any SDK
         poller = self.network().network_interfaces.begin_create_or_update(
-            self.resource_group, names.nic, body
+            self.resource_group, name, body
         )
         return poller.result()
 
@@ -329,39 +414,33 @@ class AzureProvider(CloudProvider[VmPlan]):
     # ------------------------------------------------------------------ terminate
 
     def remove(self, ids: list[str], request_id: str) -> None:
+        self.nics.retry()
         failures = [f for f in self._parallel(self._terminate_one, ids) if f is not None]
         if failures:
             raise failures[0]
 
     def _terminate_one(self, vm_name: str) -> ProviderError | None:
         try:
+            vm = self._get_vm(vm_name)
+            nics = [_last(r.id) for r in _nic_refs(vm)] if vm is not None else []
             self.compute().virtual_machines.begin_delete(self.resource_group, vm_name).result()
+        except ProviderError as exc:
+            return exc
         except SDK_ERRORS as exc:
             if not is_not_found(exc):
                 return self.error(exc, f"deleting VM {vm_name}")
+            nics = []
+        self.nics.retire(nics)  # gone with the VM (delete option Delete), else retired
         self._delete_leftovers(names_of(vm_name))
         return None
 
     def _delete_leftovers(self, names: Names) -> None:
-        """The NIC and OS disk go with the VM (delete option Delete); make sure of it."""
-        steps: list[tuple[str, Callable[[], Any]]] = [
-            (
-                names.nic,
-                lambda: self.network().network_interfaces.begin_delete(
-                    self.resource_group, names.nic
-                ),
-            ),
-            (
-                names.os_disk,
-                lambda: self.compute().disks.begin_delete(self.resource_group, names.os_disk),
-            ),
-        ]
-        for what, start in steps:
-            try:
-                start().result()
-            except SDK_ERRORS as exc:
-                if not is_not_found(exc):
-                    log.warning("could not delete %s: %s", what, classify(exc).message)
+        """The OS disk goes with the VM (delete option Delete); make sure of it."""
+        try:
+            self.compute().disks.begin_delete(self.resource_group, names.os_disk).result()
+        except SDK_ERRORS as exc:
+            if not is_not_found(exc):
+                log.warning("could not delete %s: %s", names.os_disk, classify(exc).message)
 
     # ------------------------------------------------------------------ check
 
@@ -395,6 +474,15 @@ def _subnet_parts(subnet_id: str) -> tuple[str, str, str] | None:
     except (ValueError, IndexError):
         return None
     return group, vnet, subnet
+
+
+def _nic_refs(vm: Any) -> list[Any]:
+    return list(getattr(getattr(vm, "network_profile", None), "network_interfaces", None) or [])
+
+
+def _last(resource_id: Any) -> str:
+    """The name at the end of a resource id."""
+    return str(resource_id).rstrip("/").rsplit("/", 1)[-1]
 
 
 def _private_ip(nic: Any) -> str | None:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+import secrets
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -23,10 +25,10 @@ VM_NAME_MAX = 64  # Linux VM names and hostnames
 
 @dataclass(frozen=True)
 class Names:
-    """The resources one node's VM consists of; all derived from the VM name."""
+    """The resources one node's VM consists of, derived from the VM name (its NICs are
+    named per attempt: fresh_nic_name)."""
 
     vm: str
-    nic: str
     os_disk: str
     computer: str
 
@@ -41,12 +43,25 @@ def names_for(cluster: str, node: str, request_id: str) -> Names:
     digest = hashlib.sha256(f"{cluster}\0{node}\0{request_id}".encode()).hexdigest()[:8]
     stem = _clean(f"{cluster}-{node}")[: VM_NAME_MAX - 9 - 8].strip("-.") or "node"
     vm = f"{stem}-{digest}"
-    return Names(vm=vm, nic=f"{vm}-nic", os_disk=f"{vm}-osdisk", computer=computer_name(node))
+    return Names(vm=vm, os_disk=f"{vm}-osdisk", computer=computer_name(node))
+
+
+TAG_NIC_MADE = "clustermgr-nic-made"  # a NIC's creation time (epoch seconds): ARM keeps none
+
+
+def fresh_nic_name(vm_name: str) -> str:
+    """A new NIC name for one attempt at `vm_name`: a NIC of a failed VM stays reserved for
+    it for 180 s (NicReservedForAnotherVm), so no attempt reuses another's NIC."""
+    return f"{vm_name}-nic-{secrets.token_hex(3)}"
+
+
+def nic_tags(tags: Mapping[str, str]) -> dict[str, str]:
+    return {**tags, TAG_NIC_MADE: str(int(time.time()))}
 
 
 def names_of(vm_name: str) -> Names:
     """The companion resource names of an existing VM we created."""
-    return Names(vm_name, f"{vm_name}-nic", f"{vm_name}-osdisk", vm_name)
+    return Names(vm_name, f"{vm_name}-osdisk", vm_name)
 
 
 def computer_name(node: str) -> str:
@@ -197,6 +212,46 @@ GPU_MODELS: tuple[tuple[str, str, int], ...] = (
     (r"T4", "t4", 16384),
     (r"A10", "a10", 24576),
 )
+
+
+@dataclass(frozen=True)
+class SkuFacts:
+    """What a resource SKU's restrictions and capabilities allow in one region, for this
+    subscription (the answer of `resource_skus.list` is per subscription)."""
+
+    region_ok: bool  # no Location restriction for the region
+    zones: frozenset[str]  # zones offered there and not restricted
+    spot: bool  # capability LowPriorityCapable (Spot and low-priority VMs)
+
+    def usable_zones(self, wanted: Sequence[str | None]) -> list[str | None]:
+        """The zones of `wanted` this size can be placed in (None: regional, any zone)."""
+        if not self.region_ok:
+            return []
+        return [z for z in wanted if z is None or z in self.zones]
+
+
+def sku_facts(sku: Any, region: str) -> SkuFacts:
+    """Restrictions (type Location or Zone, restrictionInfo.locations / .zones) and the
+    LowPriorityCapable capability of a resource SKU, as ARM lists them."""
+    region = region.lower()
+    zones: set[str] = set()
+    for info in getattr(sku, "location_info", None) or []:
+        if str(getattr(info, "location", "")).lower() == region:
+            zones |= {str(z) for z in getattr(info, "zones", None) or []}
+    region_ok = True
+    for rule in getattr(sku, "restrictions", None) or []:
+        info = getattr(rule, "restriction_info", None)
+        places = {str(x).lower() for x in getattr(info, "locations", None) or []}
+        # `values` (the region again) is a dict method on the SDK's models: read the info only
+        kind = str(getattr(getattr(rule, "type", ""), "value", getattr(rule, "type", ""))).lower()
+        if region not in places:
+            continue
+        if kind == "location":
+            region_ok = False
+        elif kind == "zone":
+            zones -= {str(z) for z in getattr(info, "zones", None) or []}
+    spot = capabilities(sku).get("LowPriorityCapable", "False").lower() == "true"
+    return SkuFacts(region_ok, frozenset(zones), spot)
 
 
 def capabilities(sku: Any) -> dict[str, str]:

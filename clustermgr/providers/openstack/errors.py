@@ -1,16 +1,23 @@
-"""OpenStack failures -> ErrorKind, from the HTTP status or the exception class, never the text.
+"""OpenStack failures -> ErrorKind, from the HTTP status or the exception class.
 
 `ERROR_KINDS` is the one table. Keys, most specific first:
 
-- `(operation, status)`: a status that means something particular for one call. Nova answers
-  an over-quota server create (instances, cores, RAM) with 403 Forbidden (413 before
-  microversion 2.1), so a 403 on "create" is QUOTA; a 403 anywhere else is a policy refusal
-  (AUTH).
-- `("fault", code)`: a server that went to status ERROR, keyed by its fault `code`. Nova's
-  scheduler failures (NoValidHost "No valid host was found", MaxRetriesExceeded "Exhausted all
-  hosts available") are recorded as fault code 500; the cloud had nowhere to put the server,
-  which is CAPACITY. The issue names "No valid host" as CAPACITY; the fault's code and the
-  ERROR status are the signal, the message text is only reported.
+- `(operation, status)`: a status that means something particular for one call. Nova
+  answers a server create with 403 both for an over-quota request (OverQuota, "Quota
+  exceeded for instances: Requested 1, but already used 10 of 10 instances") and for a
+  policy refusal of the request itself (ExternalNetworkAttachForbidden, "It is not allowed
+  to create an interface on external network ...", BootFromVolumeRequiredForZeroDiskFlavor):
+  nova/api/openstack/compute/servers.py turns both into HTTPForbidden. The message is the
+  only difference, so a 403 on "create" is QUOTA when it names a quota and INVALID
+  otherwise; a 403 anywhere else is a policy refusal (AUTH).
+- `("fault", code)`: a server that went to status ERROR, keyed by its fault `code`.
+  nova/compute/utils.py `exception_to_dict` gives every fault code 500 unless the exception
+  carries another: NoValidHost ("No valid host was found. ...") but also every build
+  failure (BuildAbortException "Build of instance ... aborted: ...", MaxRetriesExceeded
+  "Exceeded maximum number of retries. Exhausted all hosts available for retrying build
+  failures ..." after every host failed to build it: a broken image, not a full cloud).
+  So a 500 fault is CAPACITY only when its message says "No valid host was found", OTHER
+  otherwise; OverQuota/TooManyInstances (the conductor's quota recheck) is fault 413: QUOTA.
 - an HTTP status alone;
 - an exception class name (the first one found along the exception's MRO), for failures
   that carry no status: connection errors, keystoneauth auth and catalog errors, config.
@@ -18,6 +25,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -38,12 +46,13 @@ ErrorKey = int | str | tuple[str, int]
 
 ERROR_KINDS: dict[ErrorKey, ErrorKind] = {
     # one call's own meaning of a status
-    ("create", 403): ErrorKind.QUOTA,  # Nova OverQuota: "Quota exceeded for instances: ..."
-    ("create", 413): ErrorKind.QUOTA,  # the same from Nova before microversion 2.1
+    ("create", 403): ErrorKind.INVALID,  # a policy refusal; QUOTA when it names a quota
+    ("create", 413): ErrorKind.QUOTA,  # OverQuota from Nova before microversion 2.1
     ("create", 409): ErrorKind.TRANSIENT,  # e.g. a port / name conflict being cleaned up
     ("delete", 409): ErrorKind.TRANSIENT,  # task in progress (e.g. still building)
     # a server in status ERROR, by fault code
-    ("fault", 500): ErrorKind.CAPACITY,  # NoValidHost / MaxRetriesExceeded (scheduler)
+    ("fault", 500): ErrorKind.OTHER,  # any build failure; CAPACITY when NO_VALID_HOST
+    ("fault", 413): ErrorKind.QUOTA,  # TooManyInstances from the conductor's quota recheck
     ("fault", 503): ErrorKind.TRANSIENT,  # a service was unavailable while building
     # HTTP status of any other answer
     400: ErrorKind.INVALID,
@@ -77,6 +86,11 @@ ERROR_KINDS: dict[ErrorKey, ErrorKind] = {
     "NotFoundException": ErrorKind.INVALID,  # find_*(ignore_missing=False): no such name / id
 }
 
+# The one fault message that means the cloud had nowhere to put the server (NoValidHost).
+NO_VALID_HOST = "No valid host was found"
+# How Nova's OverQuota and TooManyInstances name a quota (nova/exception.py msg_fmt).
+QUOTA_TEXT = re.compile(r"\bQuota exceeded\b", re.IGNORECASE)
+
 # ProviderError.code of "it does not exist": a 404 answer, or find_* finding nothing.
 NOT_FOUND_CODES = frozenset({"HTTP404", "NotFoundException"})
 
@@ -96,6 +110,8 @@ def classify(exc: BaseException, operation: str = "") -> Failure:
     kind: ErrorKind | None = None
     if status is not None:
         kind = ERROR_KINDS.get((operation, status)) or ERROR_KINDS.get(status)
+    if operation == "create" and status == 403 and QUOTA_TEXT.search(short_message(exc)):
+        kind = ErrorKind.QUOTA
     names = [klass.__name__ for klass in type(exc).__mro__]
     if kind is None:
         kind = next((ERROR_KINDS[n] for n in names if n in ERROR_KINDS), None)
@@ -110,6 +126,8 @@ def fault_failure(fault: Mapping[str, Any] | None) -> Failure:
     number = code if isinstance(code, int) else None
     kind = ERROR_KINDS.get(("fault", number)) if number is not None else None
     message = str(fault.get("message") or "server went to ERROR without a fault")
+    if number == 500 and message.startswith(NO_VALID_HOST):
+        kind = ErrorKind.CAPACITY
     label = f"ServerFault{number}" if number is not None else "ServerError"
     return Failure(kind or ErrorKind.OTHER, label, first_line(message), number)
 
