@@ -17,7 +17,6 @@ from clustermgr.config.directors import (
     LdapSettings,
 )
 from clustermgr.config.providers import (
-    BmcNodeSettings,
     Credentials,
     ProviderSettings,
     TemplateSettings,
@@ -28,7 +27,6 @@ from clustermgr.config.settings import Settings, load_settings, parse_settings, 
 
 __all__ = [
     "NAME_PATTERN",
-    "BmcNodeSettings",
     "Credentials",
     "DirectorSettings",
     "ImagesSettings",

@@ -16,12 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from clustermgr.errors import ProviderError
-from clustermgr.providers.bmc.kind import default_port
+from clustermgr.providers.bmc.kind import BmcNodeSettings, bmc_options
 from clustermgr.providers.skeleton import auth_error
 from clustermgr.secret import Secret
 
 if TYPE_CHECKING:
-    from clustermgr.config import BmcNodeSettings, Credentials, ProviderSettings
+    from clustermgr.config import Credentials, ProviderSettings
 
 
 @dataclass(frozen=True)
@@ -59,11 +59,12 @@ class BmcNode:
 
 def bmc_nodes(settings: ProviderSettings) -> dict[str, BmcNode]:
     """The provider's nodes in configuration order, keyed by node name."""
+    options = bmc_options(settings)
     nodes: dict[str, BmcNode] = {}
-    for entry in settings.bmc_nodes:
+    for entry in options.bmc_nodes:
         creds = entry.credentials or settings.credentials
         for name in entry.node_names:
-            nodes[name] = _node(entry, creds, name, default_port(settings))
+            nodes[name] = _node(entry, creds, name, options.default_port)
     return nodes
 
 

@@ -51,6 +51,7 @@ from clustermgr.providers.base import (
     LaunchSpec,
     ours,
 )
+from clustermgr.providers.bmc.kind import bmc_options
 from clustermgr.providers.bmc.nodes import (
     BmcNode,
     bmc_nodes,
@@ -117,6 +118,7 @@ class PowerProvider(CloudProvider[PowerPlan]):
 
     def __init__(self, settings: ProviderSettings, cluster: str) -> None:
         super().__init__(settings, cluster)
+        self.options = bmc_options(settings)
         self.nodes = bmc_nodes(settings)
         self.driver = self.make_driver(settings)
 
@@ -190,7 +192,7 @@ class PowerProvider(CloudProvider[PowerPlan]):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            time.sleep(min(max(self.settings.polling_interval_s, MIN_POLL_S), left))
+            time.sleep(min(max(self.options.polling_interval_s, MIN_POLL_S), left))
 
     # ------------------------------------------------------------------ launch
 
@@ -342,7 +344,7 @@ class PowerProvider(CloudProvider[PowerPlan]):
         """Graceful shutdown, then hard off; returns once the BMC reports the node off."""
         if self.driver.status(node, password) is Power.OFF:
             return
-        soft_s = self.settings.soft_off_timeout_s
+        soft_s = self.options.soft_off_timeout_s
         if soft_s > 0 and self.driver.soft_off(node, password):
             log.info("%s: graceful shutdown of %s (up to %g s)", self.name, node.name, soft_s)
             if self.wait_for(node, password, Power.OFF, soft_s):
@@ -355,7 +357,7 @@ class PowerProvider(CloudProvider[PowerPlan]):
                 soft_s,
             )
         self.driver.hard_off(node, password)
-        hard_s = self.settings.hard_off_timeout_s
+        hard_s = self.options.hard_off_timeout_s
         if not self.wait_for(node, password, Power.OFF, hard_s):
             raise BmcError(
                 Failure(

@@ -26,6 +26,7 @@ from sushy import auth as sushy_auth
 from sushy import exceptions as sushy_errors
 
 from clustermgr.errors import ErrorKind
+from clustermgr.providers.bmc.kind import RedfishOptions
 from clustermgr.providers.bmc.nodes import BmcNode
 from clustermgr.providers.bmc.power import UNREACHABLE, BmcError, Driver, Power, unreachable
 from clustermgr.providers.bmc.provider import PowerProvider
@@ -75,10 +76,11 @@ class Sushy:
     """One sushy client per call, against one BMC."""
 
     def __init__(self, settings: ProviderSettings) -> None:
-        self.timeout_s = settings.bmc_timeout_s
-        self.scheme = settings.redfish_scheme
+        options = settings.options_as(RedfishOptions)
+        self.timeout_s = options.bmc_timeout_s
+        self.scheme = options.redfish_scheme
         self.verify: bool | str = (
-            str(settings.tls_ca_file) if settings.tls_ca_file else settings.tls_verify
+            str(options.tls_ca_file) if options.tls_ca_file else options.tls_verify
         )
 
     def system(self, node: BmcNode, password: Secret) -> sushy.resources.system.system.System:
