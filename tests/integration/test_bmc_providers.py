@@ -35,8 +35,9 @@ from clustermgr.providers.base import (
     LaunchSpec,
     Provider,
 )
+from clustermgr.providers.bmc.client import read_password
 from clustermgr.providers.bmc.ipmi import Ipmitool
-from clustermgr.providers.bmc.nodes import bmc_nodes, read_password
+from clustermgr.providers.bmc.shapes import bmc_nodes
 from clustermgr.providers.registry import make_provider
 from tests.conftest import EXAMPLE_CONFIG, cannot_run
 from tests.services import bmc

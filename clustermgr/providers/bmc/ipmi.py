@@ -27,10 +27,11 @@ import subprocess
 from typing import TYPE_CHECKING, ClassVar
 
 from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.providers.bmc.client import Driver
+from clustermgr.providers.bmc.errors import BmcError, unreachable
 from clustermgr.providers.bmc.kind import IpmiOptions
-from clustermgr.providers.bmc.nodes import BmcNode
-from clustermgr.providers.bmc.power import UNREACHABLE, BmcError, Driver, Power, unreachable
 from clustermgr.providers.bmc.provider import PowerProvider
+from clustermgr.providers.bmc.shapes import UNREACHABLE, BmcNode, Power
 from clustermgr.providers.skeleton import Check, Failure, first_line
 from clustermgr.secret import Secret
 

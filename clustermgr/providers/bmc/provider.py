@@ -25,7 +25,7 @@ An "instance" is a node: its id and node name are the node's name, its hardware 
 
 Calls go to different BMCs in parallel and one at a time to the same BMC (a Redfish BMC
 may serve several nodes); once a BMC has not answered, its other nodes are not asked
-again in the same call. No password is ever logged or put in an error (see nodes.py).
+again in the same call. No password is ever logged or put in an error (see client.py).
 """
 
 from __future__ import annotations
@@ -51,20 +51,16 @@ from clustermgr.providers.base import (
     LaunchSpec,
     ours,
 )
+from clustermgr.providers.bmc.client import Driver, credential_summary, read_password
+from clustermgr.providers.bmc.errors import BMC_SDK, BmcError
 from clustermgr.providers.bmc.kind import bmc_options
-from clustermgr.providers.bmc.nodes import (
-    BmcNode,
-    bmc_nodes,
-    credential_summary,
-    read_password,
-)
-from clustermgr.providers.bmc.power import (
-    BMC_SDK,
+from clustermgr.providers.bmc.shapes import (
     INSTANCE_STATE,
     UNREACHABLE,
-    BmcError,
-    Driver,
+    BmcNode,
     Power,
+    bmc_nodes,
+    instance_of,
 )
 from clustermgr.providers.skeleton import (
     Check,
@@ -261,17 +257,7 @@ class PowerProvider(CloudProvider[PowerPlan]):
         return self.instance(node, state, {**tags, TAG_NODE: node.name})
 
     def instance(self, node: BmcNode, state: InstanceState, tags: dict[str, str]) -> CloudInstance:
-        return CloudInstance(
-            instance_id=node.name,
-            node_name=node.name,
-            state=state,
-            private_address=None,  # the BMC's address is not the node's
-            instance_type=node.instance_type,
-            zone=self.region,
-            lifecycle="on-demand",
-            launch_time=None,  # a BMC does not say when the node was powered on
-            tags=tags,
-        )
+        return instance_of(node, state, self.region, tags)
 
     # ------------------------------------------------------------------ list
 
