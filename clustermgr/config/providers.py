@@ -37,21 +37,6 @@ class Credentials(StrictModel):
     cloud: str | None = None
 
 
-# the keys every [[providers]] entry takes; the rest are its type's own (its options model)
-COMMON_KEYS = frozenset(
-    {
-        "name",
-        "type",
-        "region",
-        "credentials",
-        "endpoint_url",
-        "max_instances",
-        "billing_increment_s",
-        "billing_minimum_s",
-    }
-)
-
-
 class ProviderSettings(StrictModel):
     """A [[providers]] entry: the keys every type takes, and `options`, the keys only its
     type takes as its kind's options model validated them (clustermgr.kinds: a built-in's
@@ -175,6 +160,10 @@ class ProviderSettings(StrictModel):
             self.billing_increment_s or increment,
             minimum if self.billing_minimum_s is None else self.billing_minimum_s,
         )
+
+
+# the keys every [[providers]] entry takes; the rest are its type's own (its options model)
+COMMON_KEYS = frozenset(ProviderSettings.model_fields) - {"options"}
 
 
 def _either(types: list[str]) -> str:
