@@ -2,16 +2,23 @@
 database (10,000 nodes), run the policy chain over 100,000 distinct pending job records,
 clamp, and write a plan of 1,000 transitions. Budget: under 1 s. Prints each step.
 `--quick`: 200 nodes and 1,000 jobs (the smoke test); no figure is asserted.
+`--baseline REF`: also the code of git REF (`git archive` into a temporary directory, its
+own bench script), alternated with this tree `--runs` times each, each run a process of its
+own; prints both medians and the ratio after / before (the budget's measure: no slower).
 """
 
 from __future__ import annotations
 
+import re
+import statistics
+import subprocess
+import sys
 import tempfile
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from _common import fail, parser
+from _common import REPO, fail, parser
 
 from clustermgr.config import parse_settings
 from clustermgr.db.engine import Database
@@ -66,8 +73,62 @@ def settings_dict(nodes: int) -> dict[str, object]:
     }
 
 
+TOTAL = re.compile(r"^total decision work\s+([0-9.]+) s", re.M)
+
+
+def total_of(script: Path, quick: bool) -> float:
+    """One run of a bench script in a process of its own: its total decision work."""
+    argv = [sys.executable, str(script), *(["--quick"] if quick else [])]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=900, check=False)
+    found = TOTAL.search(done.stdout)
+    if done.returncode != 0 or found is None:
+        fail(f"{script} exited {done.returncode}: {done.stderr.strip()[-500:]}")
+    return float(found.group(1)) if found else 0.0
+
+
+def compare(ref: str, runs: int, quick: bool) -> None:
+    """Before (git `ref`) and after (this tree), alternated; medians and their ratio."""
+    archive = subprocess.run(
+        [
+            "git",
+            "-C",
+            str(REPO),
+            "archive",
+            "--format=tar",
+            ref,
+            "--",
+            "bench",
+            "clustermgr",
+            "policies",
+        ],
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )
+    if archive.returncode != 0:
+        fail(f"git archive {ref}: {archive.stderr.decode().strip()[-300:]}")
+    with tempfile.TemporaryDirectory() as tmp:
+        subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, timeout=120, check=True)
+        sides = {"before": Path(tmp) / "bench" / "bench_engine.py", "after": Path(__file__)}
+        totals: dict[str, list[float]] = {side: [] for side in sides}
+        for _ in range(runs):
+            for side, script in sides.items():
+                totals[side].append(total_of(script, quick))
+    for side, values in totals.items():
+        shown = ", ".join(f"{v:.3f}" for v in values)
+        print(f"{side:<7} median {statistics.median(values):.3f} s  ({shown})")
+    ratio = statistics.median(totals["after"]) / statistics.median(totals["before"])
+    print(f"ratio after / before ({ref}): {ratio:.2f}")
+
+
 def main() -> None:
-    args = parser(__doc__).parse_args()
+    cli = parser(__doc__)
+    cli.add_argument("--baseline", metavar="REF", help="compare with git REF, alternated")
+    cli.add_argument("--runs", type=int, default=5, help="runs of each side (--baseline)")
+    args = cli.parse_args()
+    if args.baseline:
+        compare(args.baseline, max(1, args.runs), args.quick)
+        return
     nodes, jobs = (200, 1000) if args.quick else (10_000, 100_000)
     now = datetime.now(UTC)
     settings = parse_settings(settings_dict(nodes))

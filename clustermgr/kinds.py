@@ -7,12 +7,12 @@ entry-point group of its distribution:
     [project.entry-points."clustermgr.providers"]
     mycloud = "mycloud_provider.kind:KIND"
 
-Configuration (the `type` of a [[providers]] entry, its credential sources, its own keys),
-the default billing rule, the secret files `config check` warns about, the SDK loggers
-cm-scale quiets and the pip extra named when the SDK is missing are all read from the
-kinds; nothing outside a provider's package lists the types. The provider class itself is
-imported only when a provider is made (`providers/registry.py`), so reading the kinds never
-imports a cloud SDK.
+Configuration (the `type` of a [[providers]] entry, its credential sources, the options
+model of its own keys), the default billing rule, the secret files `config check` warns
+about, the SDK loggers cm-scale quiets and the pip extra named when the SDK is missing are
+all read from the kinds; nothing outside a provider's package lists the types. The provider
+class itself is imported only when a provider is made (`providers/registry.py`), so reading
+the kinds never imports a cloud SDK.
 """
 
 from __future__ import annotations
@@ -53,12 +53,10 @@ class ProviderKind:
     credential_sources: tuple[str, ...]
     billing: tuple[int, int] = (1, 60)  # default (increment_s, minimum_s) of a run's bill
     capabilities: frozenset[Capability] = frozenset()
-    # the pydantic model of the keys only this type takes; a [[providers]] entry's keys
-    # beyond the common ones are validated by it and kept in ProviderSettings.options.
-    # None: the type's keys are fields of ProviderSettings itself (`keys`; the built-ins).
-    # Frozen, like every settings model (a ProviderSettings is hashable)
+    # the pydantic model of the keys only this type takes: a [[providers]] entry's keys
+    # beyond the common ones are validated by it and kept in ProviderSettings.options
+    # (None: a type with no keys of its own). Frozen, like every settings model
     options: builtins.type[BaseModel] | None = None
-    keys: frozenset[str] = frozenset()
     sdk_loggers: tuple[str, ...] = ()  # loggers cm-scale sets to WARNING (not --debug)
     extra: str | None = None  # `pip install 'clustermgr[extra]'` when its SDK is missing
     onprem: bool = False  # powers on-prem nodes through their BMCs (bmc_nodes)
@@ -69,9 +67,7 @@ class ProviderKind:
     @property
     def own_keys(self) -> frozenset[str]:
         """Every [[providers]] key only this type takes."""
-        if self.options is None:
-            return self.keys
-        return self.keys | frozenset(self.options.model_fields)
+        return frozenset() if self.options is None else frozenset(self.options.model_fields)
 
     @property
     def boots_images(self) -> bool:

@@ -56,9 +56,9 @@ def suspend_timeout_s(settings: Settings) -> int:
     worst = float(SUSPEND_TIMEOUT_S)
     for template in settings.templates:
         provider = settings.provider(template.provider)
-        if is_onprem(provider):
-            off = provider.soft_off_timeout_s + provider.hard_off_timeout_s
-            worst = max(worst, off + settings.daemon.interval_s)
+        powered = provider.powered
+        if powered is not None:
+            worst = max(worst, powered.power_off_s + settings.daemon.interval_s)
     return int(worst)
 
 

@@ -97,8 +97,9 @@ def stall_limit_warnings(settings: Settings) -> list[str]:
     limit = settings.daemon.stall_timeout_s
     waits = {"[slurm] command_timeout_s": settings.slurm.command_timeout_s}
     for provider in settings.providers:
-        if kind_of(provider.type).remote_api:
-            waits[f"provider {provider.name}: api_timeout_s"] = provider.api_timeout_s
+        wait = provider.option("api_timeout_s")
+        if kind_of(provider.type).remote_api and isinstance(wait, (int, float)):
+            waits[f"provider {provider.name}: api_timeout_s"] = wait
     return [
         f"[daemon] stall_timeout_s = {limit:g} is not above {what} = {wait:g}: a call that "
         "takes that long counts as a stall and systemd restarts cm-scale; raise it"

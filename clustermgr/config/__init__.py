@@ -3,9 +3,11 @@
 Every table forbids unknown keys. Secrets never live here: a provider names where its
 credentials come from (`credentials.source`), never the secret itself.
 
-The package: base (the shared model, provider kinds), providers ([[providers]],
-[[templates]]), directors ([[directors]], [images], [ldap]), sections (the smaller tables),
-settings (the whole file, the checks across tables, loading).
+The package: base (the shared model, provider kinds), providers ([[providers]]: the keys
+every type takes and the type's own options, validated by its kind; [[templates]]),
+options (what the kinds' options models share), directors ([[directors]], [images],
+[ldap]), sections (the smaller tables), settings (the whole file, the checks across
+tables, loading).
 """
 
 from __future__ import annotations
@@ -17,7 +19,6 @@ from clustermgr.config.directors import (
     LdapSettings,
 )
 from clustermgr.config.providers import (
-    BmcNodeSettings,
     Credentials,
     ProviderSettings,
     TemplateSettings,
@@ -28,7 +29,6 @@ from clustermgr.config.settings import Settings, load_settings, parse_settings, 
 
 __all__ = [
     "NAME_PATTERN",
-    "BmcNodeSettings",
     "Credentials",
     "DirectorSettings",
     "ImagesSettings",

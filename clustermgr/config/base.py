@@ -26,9 +26,6 @@ CredentialSource = Literal[
 ]
 
 
-BMC_CREDENTIAL_SOURCES = {"password_file", "password_env"}
-
-
 def first_error(exc: ValidationError, unknown_key: str = "unknown key") -> str:
     """A validation failure's first problem as one line: its message, with the value given
     when the message does not say it (the caller names the place)."""

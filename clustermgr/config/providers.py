@@ -3,23 +3,24 @@
 from __future__ import annotations
 
 import builtins
-import re
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
-
-from clustermgr.config.base import (
-    BMC_CREDENTIAL_SOURCES,
-    NAME_PATTERN,
-    CredentialSource,
-    StrictModel,
-    first_error,
-    slurm_name,
+from pydantic import (
+    BaseModel,
+    Field,
+    SerializeAsAny,
+    SerializerFunctionWrapHandler,
+    field_validator,
+    model_serializer,
+    model_validator,
 )
+
+from clustermgr.config.base import NAME_PATTERN, CredentialSource, StrictModel, slurm_name
+from clustermgr.config.options import PoweredNodes
 from clustermgr.hostlists import HostlistError, expand
 from clustermgr.inputs import slurm_hostlist_problem, slurm_word_problem
-from clustermgr.kinds import ProviderKind, kind_of, kinds, unknown_type
+from clustermgr.kinds import kind_of, kinds, unknown_type
 from clustermgr.pricing import BillingRule, Price
 
 OptionsT = TypeVar("OptionsT", bound=BaseModel)
@@ -36,50 +37,11 @@ class Credentials(StrictModel):
     cloud: str | None = None
 
 
-def check_bmc_credentials(creds: Credentials, where: str) -> None:
-    """A BMC password comes from a file or an environment variable, for a named user."""
-    if creds.source not in BMC_CREDENTIAL_SOURCES:
-        raise ValueError(f"{where}: credentials.source must be password_file or password_env")
-    if not creds.username:
-        raise ValueError(f"{where}: credentials.source {creds.source!r} needs credentials.username")
-
-
-class BmcNodeSettings(StrictModel):
-    """Nodes whose power one BMC entry controls (ipmi, redfish providers).
-
-    `address` and `system` may hold `{node}`, replaced by each node's name, so one entry
-    covers a hostlist: `nodes = "gpu-[001-064]"`, `address = "{node}-bmc.example.org"`.
-    """
-
-    nodes: str = Field(min_length=1, description="Slurm hostlist of the nodes")
-    address: str = Field(min_length=1, description="BMC host name or IP address")
-    port: int | None = Field(None, ge=1, le=65535)  # default: its type's (providers/bmc/kind.py)
-    system: str | None = None  # redfish: the ComputerSystem id; default: the BMC's only one
-    instance_type: str = Field("onprem", pattern=NAME_PATTERN)  # the hardware class label
-    credentials: Credentials | None = None  # default: the provider's credentials
-
-    @model_validator(mode="after")
-    def _check(self) -> BmcNodeSettings:
-        try:
-            names = expand(self.nodes)
-        except HostlistError as exc:
-            raise ValueError(f"nodes {self.nodes!r} is not a valid Slurm hostlist: {exc}") from None
-        for name in names:
-            if not re.fullmatch(NAME_PATTERN, name):
-                raise ValueError(f"nodes {self.nodes!r}: {name!r} is not a node name")
-        if self.credentials is not None:
-            check_bmc_credentials(self.credentials, f"bmc_nodes entry {self.nodes!r}")
-        return self
-
-    @property
-    def node_names(self) -> list[str]:
-        return expand(self.nodes)
-
-
 class ProviderSettings(StrictModel):
-    """A [[providers]] entry. `type` names a provider kind (clustermgr.kinds: a built-in or
-    an installed package's); a kind with an options model has its own keys validated by it
-    and kept in `options` (`options_as(Model)`); the built-ins' keys are fields here."""
+    """A [[providers]] entry: the keys every type takes, and `options`, the keys only its
+    type takes as its kind's options model validated them (clustermgr.kinds: a built-in's
+    or an installed package's). In the file the type's own keys sit in the entry itself;
+    code reads them with `options_as(Model)`."""
 
     name: str = Field(pattern=NAME_PATTERN)
     type: str
@@ -89,36 +51,9 @@ class ProviderSettings(StrictModel):
     max_instances: int | None = Field(None, ge=0)
     billing_increment_s: int | None = Field(None, gt=0)
     billing_minimum_s: int | None = Field(None, ge=0)
-    # aws, azure, openstack: one API call's wait for an answer (after the SDK's own
-    # retries of throttling and 5xx, a call that times out is a TRANSIENT error)
-    api_timeout_s: float = Field(60.0, gt=0, le=600)
-    # aws
-    launch_batch_size: int = Field(500, ge=1, le=500)
-    terminate_batch_size: int = Field(1000, ge=1, le=1000)
-    retry_mode: Literal["standard", "adaptive"] = "adaptive"
-    # azure
-    subscription_id: str | None = None
-    resource_group: str | None = None
-    authority_host: str | None = None
-    disable_instance_discovery: bool = False
-    polling_interval_s: float = Field(5.0, ge=0)
-    # local
-    subnet: str = "10.213.0.0/24"
-    state_dir: Path | None = None
-    # ipmi, redfish: on-prem nodes whose power a BMC controls
-    bmc_nodes: list[BmcNodeSettings] = []
-    bmc_timeout_s: float = Field(5.0, gt=0, le=120)  # one BMC call, then UNKNOWN / an error
-    soft_off_timeout_s: float = Field(120.0, ge=0)  # graceful shutdown, then hard off; 0: hard
-    hard_off_timeout_s: float = Field(30.0, gt=0)  # hard off until the BMC reports off
-    # ipmi (ipmitool lanplus)
-    ipmi_cipher_suite: int = Field(17, ge=1, le=17)
-    ipmi_privilege: Literal["OPERATOR", "ADMINISTRATOR"] = "OPERATOR"
-    # redfish
-    redfish_scheme: Literal["https", "http"] = "https"
-    tls_verify: bool = True
-    tls_ca_file: Path | None = None
-    # an outside kind's own keys, validated by its options model (never set in the file)
-    options: BaseModel | None = None
+    # the type's own keys, validated by its kind's options model (never set in the file);
+    # dumped with its own fields (the model's, not BaseModel's none)
+    options: SerializeAsAny[BaseModel] | None = None
 
     @field_validator("type")
     @classmethod
@@ -145,16 +80,27 @@ class ProviderSettings(StrictModel):
                 "key 'options' is not a [[providers]] key (give a type's own keys "
                 "in the entry itself)"
             )
-        for other in kinds().values():
-            for key in sorted((other.own_keys - kind.own_keys) & set(data)):
-                owners = " and ".join(t for t, k in kinds().items() if key in k.own_keys)
-                raise ValueError(f"key {key!r} is only for {owners} providers")
+        for key in sorted(set(data) - COMMON_KEYS - kind.own_keys):
+            owners = sorted(t for t, k in kinds().items() if key in k.own_keys)
+            if owners:  # a key no type owns is an unknown key, named where it is
+                raise ValueError(f"key {key!r} is only for {_either(owners)} providers")
         creds = data.get("credentials", {})
         if isinstance(creds, dict) and "source" not in creds:
             data = {**data, "credentials": {**creds, "source": kind.credential_sources[0]}}
-        if kind.options is not None:
-            data = _own_options(kind, kind.options, data)
-        return data
+        if kind.options is None:
+            return data
+        mine = {key: value for key, value in data.items() if key in kind.own_keys}
+        rest = {key: value for key, value in data.items() if key not in mine}
+        # a ValidationError here is located at the key itself: providers[0:NAME].KEY
+        return {**rest, "options": kind.options.model_validate(mine)}
+
+    @model_serializer(mode="wrap")
+    def _as_in_the_file(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
+        """Dumped as the file has it: the type's own keys in the entry itself (a dump
+        validates back to the same settings)."""
+        data: dict[str, Any] = handler(self)
+        own = data.pop("options", None)
+        return {**data, **own} if isinstance(own, dict) else data
 
     @model_validator(mode="after")
     def _credentials_fit_type(self) -> ProviderSettings:
@@ -182,16 +128,29 @@ class ProviderSettings(StrictModel):
             check(self)
         return self
 
-    @property
-    def bmc_node_names(self) -> list[str]:
-        """Every node an ipmi/redfish provider powers, in configuration order."""
-        return [node for entry in self.bmc_nodes for node in entry.node_names]
-
     def options_as(self, model: builtins.type[OptionsT]) -> OptionsT:
         """The type's own options, as its options model validated them."""
         if not isinstance(self.options, model):
             raise TypeError(f"provider {self.name!r} (type {self.type}) has no {model.__name__}")
         return self.options
+
+    def option(self, key: str) -> Any:
+        """One of its type's own keys, None when its type takes no such key (for code that
+        reads one key across types: the watchdog's api_timeout_s)."""
+        return getattr(self.options, key, None)
+
+    @property
+    def powered(self) -> PoweredNodes | None:
+        """What an on-prem provider powers (its options); None for a cloud."""
+        if kind_of(self.type).onprem and isinstance(self.options, PoweredNodes):
+            return self.options
+        return None
+
+    @property
+    def bmc_node_names(self) -> list[str]:
+        """Every node an on-prem provider powers, in configuration order."""
+        powered = self.powered
+        return [] if powered is None else powered.node_names
 
     @property
     def billing(self) -> BillingRule:
@@ -201,6 +160,14 @@ class ProviderSettings(StrictModel):
             self.billing_increment_s or increment,
             minimum if self.billing_minimum_s is None else self.billing_minimum_s,
         )
+
+
+# the keys every [[providers]] entry takes; the rest are its type's own (its options model)
+COMMON_KEYS = frozenset(ProviderSettings.model_fields) - {"options"}
+
+
+def _either(types: list[str]) -> str:
+    return types[0] if len(types) == 1 else f"{', '.join(types[:-1])} and {types[-1]}"
 
 
 class InstancePrice(StrictModel):
@@ -292,18 +259,3 @@ class TemplateSettings(StrictModel):
 def is_onprem(provider: ProviderSettings) -> bool:
     """A provider that powers on-prem nodes through their BMCs (ipmi, redfish)."""
     return kind_of(provider.type).onprem
-
-
-def _own_options(
-    kind: ProviderKind, model: type[BaseModel], data: dict[str, Any]
-) -> dict[str, Any]:
-    """`data` with the kind's own keys replaced by `options`, validated by its model (the
-    first problem as one line naming the key)."""
-    mine = {key: value for key, value in data.items() if key in model.model_fields}
-    try:
-        options = model.model_validate(mine)
-    except ValidationError as exc:
-        where = ".".join(str(part) for part in exc.errors()[0]["loc"])
-        raise ValueError(f"{kind.type} option {where}: {first_error(exc)}") from None
-    rest = {key: value for key, value in data.items() if key not in mine}
-    return {**rest, "options": options}

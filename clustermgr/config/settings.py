@@ -129,7 +129,7 @@ def _check_power_template(
             f"{where}: nodes {compress(outside)} are not in bmc_nodes of provider "
             f"{provider.name!r} (an on-prem template powers only the nodes its BMCs reach)"
         )
-    classes = {e.instance_type for e in provider.bmc_nodes}
+    classes = provider.powered.hardware_classes if provider.powered else frozenset()
     unknown = [t for t in template.instance_types if t not in classes]
     if unknown:
         raise ValueError(

@@ -73,7 +73,7 @@ def director_facts(settings: Settings, spec: DirectorSettings, name: str) -> Dir
         provider=provider.name,
         provider_type=provider.type,
         region=provider.region,
-        subnet=provider.subnet or "",
+        subnet=str(provider.option("subnet") or ""),
         ldap_suffix=suffix,
         ldap_admin_dn=admin_dn,
         ldap_password_file=password_file,

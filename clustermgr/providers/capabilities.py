@@ -20,9 +20,10 @@ one-line message) and never shows a credential.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
 from clustermgr.errors import ConfigError, ProviderError
 from clustermgr.kinds import kind_of
@@ -68,14 +69,67 @@ class ObjectCredentials:
         return f"ObjectCredentials(access_key_id={self.access_key_id!r}, ...)"
 
 
+@dataclass(frozen=True)
+class StoredObject:
+    """An object as the store shows it (its head)."""
+
+    size: int
+    sha256: str  # the hex SHA-256 the uploader kept in its metadata; "" when none
+    checksum: str  # the store's own SHA-256 (base64; of the parts when multipart); "" when none
+    etag: str  # unquoted; a single-part upload's is its MD5
+
+
+@dataclass(frozen=True)
+class BucketAt:
+    """A bucket, where it is, and how files move to it: parts of `part_size` bytes
+    (multipart from one part on), `workers` parts at once."""
+
+    name: str
+    endpoint_url: str | None  # None: the provider's
+    part_size: int
+    workers: int
+
+
+Progress = Callable[[int], None]  # bytes moved since its last call
+
+
+@runtime_checkable
+class ObjectBucket(Protocol):
+    """One bucket of the store, reached with one set of credentials. Every method raises
+    ProviderError (classified by the cloud's error table, one line, no credential)."""
+
+    def put_file(self, path: Path, key: str, sha256: str, progress: Progress) -> None:
+        """Upload a file, the store checking each part against the client's SHA-256 on
+        receipt; `sha256` (hex, of the whole file) is kept in the object's metadata."""
+        ...
+
+    def get_file(self, key: str, path: Path, progress: Progress) -> None: ...
+
+    def put_bytes(self, key: str, body: bytes) -> None: ...
+
+    def get_bytes(self, key: str) -> bytes: ...
+
+    def head(self, key: str) -> StoredObject: ...
+
+    def keys(self, prefix: str) -> list[str]:
+        """Every key under `prefix`, in the store's order."""
+        ...
+
+    def delete(self, keys: Sequence[str]) -> None: ...
+
+    def presign(self, key: str, method: Literal["get", "put"], expires_s: int) -> str:
+        """A URL that gets (or puts) this one object without credentials until it expires."""
+        ...
+
+
 @runtime_checkable
 class ObjectStorage(Protocol):
-    """The region's object store (S3's API): a client with the provider's own credentials,
-    and temporary credentials scoped by a policy, for a user's transfer job."""
+    """The region's object store: a bucket with the provider's own credentials or with
+    temporary ones, and temporary credentials scoped by a policy, for a user's transfer
+    job."""
 
-    def object_client(self, endpoint_url: str | None, workers: int) -> Any:
-        """An S3-API client (put, get, head, list, delete, multipart) at `endpoint_url`
-        (None: the provider's), with `workers` parallel connections."""
+    def bucket(self, at: BucketAt, credentials: ObjectCredentials | None = None) -> ObjectBucket:
+        """The bucket, reached with `credentials` (None: the provider's own)."""
         ...
 
     def scoped_credentials(

@@ -93,11 +93,11 @@ def _move(
     if job.transport == "s3":
         if not access:
             raise StagingError(f"{job.area}: the staging service gave no S3 credentials")
-        s3 = s3_transport.client_with(access, settings.staging.s3_workers)
-        bucket = s3_transport.parse_area(job.area)
+        area = s3_transport.parse_area(job.area)
+        bucket = s3_transport.bucket_with(settings, access, area)
         if job.direction == "in":
-            return s3_transport.stage_in(s3, settings.staging, job.stage_in, bucket, progress)
-        return s3_transport.stage_out(s3, settings.staging, job.stage_out, bucket, progress)
+            return s3_transport.stage_in(bucket, job.stage_in, area, progress)
+        return s3_transport.stage_out(bucket, job.stage_out, area, progress)
     return move_rsync(
         job.direction, job.area, job.stage_in, job.stage_out, progress, fresh=job.fresh
     )
@@ -230,7 +230,7 @@ def clean(settings: Settings, user: str, finished: list[dict[str, Any]]) -> list
 
 def _remove(settings: Settings, item: dict[str, Any]) -> None:
     if item["transport"] == "s3":
-        s3 = s3_transport.client_with(item["s3"], settings.staging.s3_workers)
-        s3_transport.remove_area(s3, s3_transport.parse_area(item["area"]))
+        area = s3_transport.parse_area(item["area"])
+        s3_transport.remove_area(s3_transport.bucket_with(settings, item["s3"], area), area)
     else:
         rsync_transport.remove_area(item["area"])

@@ -54,7 +54,8 @@ def policy(bucket: str, prefix: str) -> str:
 def mint(
     provider: ProviderSettings, region: StagingRegionSettings, user: str, duration_s: int
 ) -> dict[str, Any]:
-    """Credentials for `user`'s prefix, and where to use them (endpoint, region)."""
+    """Credentials for `user`'s prefix, and where to use them (the provider whose object
+    storage takes them, endpoint, region)."""
     if not region.s3_bucket:
         raise StagingError(f"staging region {region.provider}: no s3_bucket for --transport s3")
     try:
@@ -74,6 +75,7 @@ def mint(
         "access_key_id": credentials.access_key_id,
         "secret_access_key": credentials.secret_access_key,
         "session_token": credentials.session_token,
+        "provider": provider.name,
         "endpoint_url": region.s3_endpoint_url or provider.endpoint_url,
         "region": provider.region,
     }

@@ -1,5 +1,6 @@
-"""The s3 transport: boto3's transfer manager (multipart, parallel parts) to a per-job
-prefix of the region's bucket, `s3://BUCKET/PREFIX/USER/STAGE_ID/DEST`.
+"""The s3 transport: the region provider's object storage (a capability it offers,
+clustermgr.providers.capabilities: multipart, parallel parts) to a per-job prefix of the
+region's bucket, `s3://BUCKET/PREFIX/USER/STAGE_ID/DEST`. No cloud SDK is imported here.
 
 Stage-in uploads each file with `ChecksumAlgorithm=SHA256` (S3 checks every part against
 the checksum the client computed: the verification happens at the destination) and its
@@ -19,9 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustermgr.config import ProviderSettings, StagingRegionSettings, StagingSettings
-from clustermgr.errors import StagingError
+from clustermgr.config import ProviderSettings, Settings, StagingRegionSettings, StagingSettings
+from clustermgr.errors import ProviderError, StagingError
 from clustermgr.providers import capabilities
+from clustermgr.providers.capabilities import BucketAt, ObjectBucket, ObjectCredentials
 from clustermgr.staging import manifest
 from clustermgr.staging.checks import META_DIR, StageIn, StageOut, area_path
 from clustermgr.staging.manifest import FileEntry
@@ -54,39 +56,31 @@ def parse_area(url: str) -> S3Area:
     return S3Area(bucket, prefix.rstrip("/") + "/")
 
 
-def client(provider: ProviderSettings, region: StagingRegionSettings, workers: int) -> Any:
-    """An S3 client with the provider's own credentials and region (its object storage)."""
+def open_bucket(
+    provider: ProviderSettings,
+    area: S3Area,
+    staging: StagingSettings,
+    endpoint_url: str | None = None,
+    credentials: ObjectCredentials | None = None,
+) -> ObjectBucket:
+    """The area's bucket through the provider's object storage (its own credentials unless
+    `credentials` are given); ConfigError when its type offers none."""
     store = capabilities.object_storage(provider)
-    return store.object_client(region.s3_endpoint_url, workers)
+    at = BucketAt(area.bucket, endpoint_url, staging.s3_part_size_mb * MB, staging.s3_workers)
+    return store.bucket(at, credentials)
 
 
-def client_with(access: dict[str, Any], workers: int) -> Any:
-    """An S3 client from the temporary credentials the staging service minted for this
-    user (clustermgr.staging.s3_access): the only S3 access a user's transfer job has."""
-    import boto3
-    from botocore.config import Config
-
-    return boto3.session.Session().client(
-        "s3",
-        aws_access_key_id=str(access["access_key_id"]),
-        aws_secret_access_key=str(access["secret_access_key"]),
-        aws_session_token=str(access["session_token"]),
-        endpoint_url=access.get("endpoint_url") or None,
-        config=Config(
-            region_name=str(access["region"]),
-            retries={"mode": "standard", "max_attempts": 5},
-            max_pool_connections=workers + 4,
-        ),
+def bucket_with(settings: Settings, access: dict[str, Any], area: S3Area) -> ObjectBucket:
+    """The area's bucket through the temporary credentials the staging service minted for
+    this user (clustermgr.staging.s3_access): the only S3 access a user's transfer job has."""
+    provider = access.get("provider")
+    if not isinstance(provider, str):
+        raise StagingError(f"{area.url}: the staging service named no provider for its S3 access")
+    credentials = ObjectCredentials(
+        str(access["access_key_id"]), str(access["secret_access_key"]), str(access["session_token"])
     )
-
-
-def _transfer_config(staging: StagingSettings) -> Any:
-    from boto3.s3.transfer import TransferConfig
-
-    part = staging.s3_part_size_mb * MB
-    return TransferConfig(
-        multipart_threshold=part, multipart_chunksize=part, max_concurrency=staging.s3_workers
-    )
+    endpoint = access.get("endpoint_url") or None
+    return open_bucket(settings.provider(provider), area, settings.staging, endpoint, credentials)
 
 
 def _files_in(item: StageIn) -> list[tuple[str, Path]]:
@@ -101,28 +95,26 @@ def _files_in(item: StageIn) -> list[tuple[str, Path]]:
     return sorted(found)
 
 
-def read_manifest(s3: Any, area: S3Area, direction: str) -> dict[str, FileEntry]:
+def read_manifest(bucket: ObjectBucket, area: S3Area, direction: str) -> dict[str, FileEntry]:
     try:
-        body = s3.get_object(Bucket=area.bucket, Key=f"{area.prefix}{META_DIR}/{direction}.json")
-    except Exception:  # a missing or unreadable manifest: verify everything
+        body = bucket.get_bytes(f"{area.prefix}{META_DIR}/{direction}.json")
+    except ProviderError:  # a missing or unreadable manifest: verify everything
         return {}
-    return manifest.decode(body["Body"].read(), manifest.SHA256).entries
+    return manifest.decode(body, manifest.SHA256).entries
 
 
-def write_manifest(s3: Any, area: S3Area, direction: str, entries: list[FileEntry]) -> None:
-    s3.put_object(
-        Bucket=area.bucket,
-        Key=f"{area.prefix}{META_DIR}/{direction}.json",
-        Body=manifest.encode(entries, direction, manifest.SHA256),
-    )
+def write_manifest(
+    bucket: ObjectBucket, area: S3Area, direction: str, entries: list[FileEntry]
+) -> None:
+    body = manifest.encode(entries, direction, manifest.SHA256)
+    bucket.put_bytes(f"{area.prefix}{META_DIR}/{direction}.json", body)
 
 
 def stage_in(
-    s3: Any, staging: StagingSettings, items: list[StageIn], area: S3Area, progress: Progress
+    bucket: ObjectBucket, items: list[StageIn], area: S3Area, progress: Progress
 ) -> tuple[list[FileEntry], Report]:
     start = time.monotonic()
-    previous = read_manifest(s3, area, "in")
-    config = _transfer_config(staging)
+    previous = read_manifest(bucket, area, "in")
     entries: list[FileEntry] = []
     sent = bytes_sent = compared = 0
     for item in items:
@@ -132,20 +124,13 @@ def stage_in(
             key = area.prefix + rel
             old = previous.get(rel)
             if old is None or not old.same_content(entry):
-                s3.upload_file(
-                    str(path),
-                    area.bucket,
-                    key,
-                    ExtraArgs={"Metadata": {"sha256": entry.digest}, "ChecksumAlgorithm": "SHA256"},
-                    Config=config,
-                    Callback=progress.advance,
-                )
+                bucket.put_file(path, key, entry.digest, progress.advance)
                 sent += 1
                 bytes_sent += entry.size
                 compared += 1
-                _check_uploaded(s3, area.bucket, key, entry)
+                _check_uploaded(bucket, area, key, entry)
             entries.append(entry)
-    write_manifest(s3, area, "in", entries)
+    write_manifest(bucket, area, "in", entries)
     return entries, Report(
         sum(e.size for e in entries),
         len(entries),
@@ -157,19 +142,18 @@ def stage_in(
     )
 
 
-def _check_uploaded(s3: Any, bucket: str, key: str, entry: FileEntry) -> None:
+def _check_uploaded(bucket: ObjectBucket, area: S3Area, key: str, entry: FileEntry) -> None:
     """S3 checked each part against the client's SHA256 on receipt; the object's size, its
     sha256 metadata and (for a single-part object) S3's own SHA256 must be the file's."""
-    head = s3.head_object(Bucket=bucket, Key=key, ChecksumMode="ENABLED")
-    stored = str(head.get("ChecksumSHA256") or "")
+    head = bucket.head(key)
     whole = base64.b64encode(bytes.fromhex(entry.digest)).decode()
     if (
-        head["ContentLength"] != entry.size
-        or head.get("Metadata", {}).get("sha256") != entry.digest
-        or not stored
-        or (entry.size < MULTIPART_FROM and stored != whole)
+        head.size != entry.size
+        or head.sha256 != entry.digest
+        or not head.checksum
+        or (entry.size < MULTIPART_FROM and head.checksum != whole)
     ):
-        raise StagingError(f"s3://{bucket}/{key}: differs from {entry.path!r} after upload")
+        raise StagingError(f"s3://{area.bucket}/{key}: differs from {entry.path!r} after upload")
 
 
 def _md5(path: Path) -> str:
@@ -178,21 +162,14 @@ def _md5(path: Path) -> str:
 
 
 def stage_out(
-    s3: Any, staging: StagingSettings, items: list[StageOut], area: S3Area, progress: Progress
+    bucket: ObjectBucket, items: list[StageOut], area: S3Area, progress: Progress
 ) -> tuple[list[FileEntry], Report]:
     start = time.monotonic()
-    config = _transfer_config(staging)
     entries: list[FileEntry] = []
     bytes_sent = 0
-    paginator = s3.get_paginator("list_objects_v2")
     for item in items:
         base = area.prefix + item.source
-        keys = [
-            obj["Key"]
-            for page in paginator.paginate(Bucket=area.bucket, Prefix=base)
-            for obj in page.get("Contents", [])
-            if obj["Key"] == base or obj["Key"].startswith(base + "/")
-        ]
+        keys = [k for k in bucket.keys(base) if k == base or k.startswith(base + "/")]
         if not keys:
             raise StagingError(f"{area.url}{item.source}: nothing to stage out")
         for key in keys:
@@ -202,30 +179,23 @@ def stage_out(
                 area_path(tail, f"s3://{area.bucket}/{key}")  # no '..' from an object name
             target = item.dest / tail if tail else item.dest
             target.parent.mkdir(parents=True, exist_ok=True)
-            s3.download_file(
-                area.bucket, key, str(target), Config=config, Callback=progress.advance
-            )
-            head = s3.head_object(Bucket=area.bucket, Key=key)
+            bucket.get_file(key, target, progress.advance)
+            head = bucket.head(key)
             sha = manifest.sha256_of(target)
-            want = head.get("Metadata", {}).get("sha256")
-            etag = str(head.get("ETag", "")).strip('"')
-            if (want and want != sha) or (
-                not want and "-" not in etag and etag and etag != _md5(target)
+            etag = head.etag
+            if (head.sha256 and head.sha256 != sha) or (
+                not head.sha256 and "-" not in etag and etag and etag != _md5(target)
             ):
                 raise StagingError(f"{target}: differs from s3://{area.bucket}/{key}")
             info = target.stat()
             entries.append(FileEntry(rel, info.st_size, info.st_mtime_ns, sha))
             bytes_sent += info.st_size
-    write_manifest(s3, area, "out", entries)
+    write_manifest(bucket, area, "out", entries)
     total = sum(e.size for e in entries)
     return entries, Report(
         total, len(entries), len(entries), bytes_sent, len(entries), 0, time.monotonic() - start
     )
 
 
-def remove_area(s3: Any, area: S3Area) -> None:
-    paginator = s3.get_paginator("list_objects_v2")
-    for page in paginator.paginate(Bucket=area.bucket, Prefix=area.prefix):
-        keys = [{"Key": obj["Key"]} for obj in page.get("Contents", [])]
-        if keys:
-            s3.delete_objects(Bucket=area.bucket, Delete={"Objects": keys})
+def remove_area(bucket: ObjectBucket, area: S3Area) -> None:
+    bucket.delete(bucket.keys(area.prefix))

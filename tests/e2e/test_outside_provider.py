@@ -55,6 +55,6 @@ def test_an_installed_outside_provider_bursts_a_job(outside_lab: BurstLab) -> No
     done = lab.clustermgr("config", "check", check=False)
     assert done.returncode == 2
     assert done.stderr.strip().splitlines() == [
-        f"clustermgr: error: {lab.config_path}: providers[0:local]: outside option "
-        "lab_subnet: Input is not a valid IPv4 network (got '10.213.7.0/33')"
+        f"clustermgr: error: {lab.config_path}: providers[0:local].lab_subnet: "
+        "Input is not a valid IPv4 network (got '10.213.7.0/33')"
     ]

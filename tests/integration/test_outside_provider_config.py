@@ -47,17 +47,15 @@ def test_its_type_and_own_keys_are_accepted(site: Path, tmp_path: Path) -> None:
     [
         (
             outside_toml("10.213.9.0/33", Path("/s")),
-            "providers[0:o]: outside option lab_subnet: Input is not a valid IPv4 network "
-            "(got '10.213.9.0/33')",
+            "providers[0:o].lab_subnet: Input is not a valid IPv4 network (got '10.213.9.0/33')",
         ),
         (
             outside_toml("10.213.9.0/24", Path("relative")),
-            "providers[0:o]: outside option lab_state_dir: must be an absolute path "
-            "(got 'relative')",
+            "providers[0:o].lab_state_dir: must be an absolute path (got 'relative')",
         ),
         (
             'type = "outside"\nlab_subnet = "10.213.9.0/24"',
-            "providers[0:o]: outside option lab_state_dir: Field required",
+            "providers[0:o].lab_state_dir: Field required",
         ),
         (
             outside_toml("10.213.9.0/24", Path("/s")) + '\nsubnet = "10.0.0.0/24"',

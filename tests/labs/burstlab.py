@@ -151,12 +151,14 @@ class BurstLab:
 
     def provider_settings(self) -> ProviderSettings:
         """The lab's local provider, as the config below declares it."""
-        return ProviderSettings(
-            name="local",
-            type="local",
-            region="here",
-            subnet=self.spec.subnet,
-            state_dir=self.local_state_dir,
+        return ProviderSettings.model_validate(
+            {
+                "name": "local",
+                "type": "local",
+                "region": "here",
+                "subnet": self.spec.subnet,
+                "state_dir": self.local_state_dir,
+            }
         )
 
     def _hook_wrapper(self, kind: str) -> Path:

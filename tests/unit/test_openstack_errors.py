@@ -158,10 +158,7 @@ def test_auth_error_names_provider_and_cloud_not_secrets() -> None:
 
 def test_polling_interval_from_settings_only_when_set() -> None:
     assert timing_for(settings()) == Timing()
-    # polling_interval_s is an azure-only key in config files; the model still carries it.
-    set_one = settings().model_copy(update={"polling_interval_s": 0.5})
-    set_one.model_fields_set.add("polling_interval_s")
-    assert timing_for(set_one).poll_interval_s == 0.5
+    assert timing_for(settings(polling_interval_s=0.5)).poll_interval_s == 0.5
 
 
 def test_merge_adds_counts_per_kind_code_type_zone() -> None:

@@ -15,6 +15,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from clustermgr import progress
 from clustermgr.config import ProviderSettings
+from clustermgr.providers.aws.kind import AwsOptions
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -38,6 +39,7 @@ CREDENTIAL_METHODS = {
 class AwsClients:
     def __init__(self, settings: ProviderSettings) -> None:
         self.settings = settings
+        self.options = settings.options_as(AwsOptions)
         self.name = settings.name
         self.region = settings.region
         self._lock = threading.Lock()
@@ -57,10 +59,10 @@ class AwsClients:
     def _config(self) -> Config:
         return Config(
             region_name=self.region,
-            retries={"mode": self.settings.retry_mode, "max_attempts": MAX_ATTEMPTS},
+            retries={"mode": self.options.retry_mode, "max_attempts": MAX_ATTEMPTS},
             max_pool_connections=MAX_WORKERS + 4,
-            connect_timeout=min(10.0, self.settings.api_timeout_s),
-            read_timeout=self.settings.api_timeout_s,
+            connect_timeout=min(10.0, self.options.api_timeout_s),
+            read_timeout=self.options.api_timeout_s,
             user_agent_extra="clustermgr",
         )
 

@@ -4,9 +4,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+from pydantic import Field
+
+from clustermgr.config.options import ApiOptions
 from clustermgr.kinds import ProviderKind
+
+
+class AwsOptions(ApiOptions):
+    """The keys only an aws [[providers]] entry takes."""
+
+    launch_batch_size: int = Field(500, ge=1, le=500)  # instances per CreateFleet call
+    terminate_batch_size: int = Field(1000, ge=1, le=1000)  # per TerminateInstances call
+    retry_mode: Literal["standard", "adaptive"] = "adaptive"  # botocore's retry mode
 
 
 def secret_files(settings: Any, environ: Mapping[str, str]) -> Iterator[tuple[Path, str]]:
@@ -24,7 +35,7 @@ KIND = ProviderKind(
     capabilities=frozenset(
         {"spot", "placement", "root_volume", "machine_image_copy", "object_store"}
     ),
-    keys=frozenset({"launch_batch_size", "terminate_batch_size", "retry_mode"}),
+    options=AwsOptions,
     sdk_loggers=("botocore", "boto3"),
     extra="aws",
     remote_api=True,

@@ -176,7 +176,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
         result.instances = self._bind(plan, launched, result.errors)
 
     def _launch_batches(self, plan: FleetPlan, errors: list[LaunchError]) -> list[Launched]:
-        size, count = self.settings.launch_batch_size, plan.count
+        size, count = self.clients.options.launch_batch_size, plan.count
         launched: list[Launched] = []
         for index, start in enumerate(range(0, count, size)):
             wanted = min(size, count - start)
@@ -455,7 +455,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
                 len(wanted),
                 self.cluster,
             )
-        size = self.settings.terminate_batch_size
+        size = self.clients.options.terminate_batch_size
         for start in range(0, len(mine), size):
             self._terminate_batch(mine[start : start + size])
 

@@ -26,6 +26,7 @@ from urllib3.util.retry import Retry
 from clustermgr import progress
 from clustermgr.config import ProviderSettings
 from clustermgr.errors import ProviderError
+from clustermgr.providers.azure.kind import AzureOptions
 from clustermgr.providers.skeleton import auth_error
 
 # azure-core's retry policy: 429/5xx retried (honouring Retry-After), then the error is ours.
@@ -35,6 +36,7 @@ RETRY = {"retry_total": 4, "retry_backoff_factor": 0.5, "retry_backoff_max": 30}
 class AzureClients:
     def __init__(self, settings: ProviderSettings, pool_size: int = 20) -> None:
         self.settings = settings
+        self.options = settings.options_as(AzureOptions)
         self.pool_size = pool_size
         self._lock = threading.Lock()
         self._credential: TokenCredential | None = None
@@ -65,7 +67,7 @@ class AzureClients:
         with self._lock:
             if self._compute is None:
                 self._compute = ComputeManagementClient(
-                    credential, self.settings.subscription_id or "", **self._client_options()
+                    credential, self.options.subscription_id, **self._client_options()
                 )
             return self._compute
 
@@ -74,7 +76,7 @@ class AzureClients:
         with self._lock:
             if self._network is None:
                 self._network = NetworkManagementClient(
-                    credential, self.settings.subscription_id or "", **self._client_options()
+                    credential, self.options.subscription_id, **self._client_options()
                 )
             return self._network
 
@@ -94,26 +96,26 @@ class AzureClients:
     def _make_credential(self) -> TokenCredential:
         creds = self.settings.credentials
         extra: dict[str, Any] = {}
-        if self.settings.authority_host:
-            extra["authority"] = self.settings.authority_host
+        if self.options.authority_host:
+            extra["authority"] = self.options.authority_host
         if creds.source == "default":
             return DefaultAzureCredential(**extra)
         return ClientSecretCredential(
             creds.tenant_id or "",
             creds.client_id or "",
             self._read_secret(),
-            disable_instance_discovery=self.settings.disable_instance_discovery,
+            disable_instance_discovery=self.options.disable_instance_discovery,
             **extra,
         )
 
     def _client_options(self) -> dict[str, Any]:
         options: dict[str, Any] = {
-            "polling_interval": self.settings.polling_interval_s,
+            "polling_interval": self.options.polling_interval_s,
             "transport": RequestsTransport(
                 session=self._session(),
                 session_owner=True,
-                connection_timeout=min(10.0, self.settings.api_timeout_s),
-                read_timeout=self.settings.api_timeout_s,
+                connection_timeout=min(10.0, self.options.api_timeout_s),
+                read_timeout=self.options.api_timeout_s,
             ),
             **RETRY,
             "per_call_policies": [ProgressMarks(self.settings.name)],

@@ -2,15 +2,20 @@
 
 from __future__ import annotations
 
-from typing import Any
+from pydantic import Field
 
+from clustermgr.config.options import ApiOptions
 from clustermgr.kinds import ProviderKind
 
 
-def check(settings: Any) -> None:
-    """An azure provider names its subscription and resource group."""
-    if not (settings.subscription_id and settings.resource_group):
-        raise ValueError("azure providers need subscription_id and resource_group")
+class AzureOptions(ApiOptions):
+    """The keys only an azure [[providers]] entry takes."""
+
+    subscription_id: str = Field(min_length=1)
+    resource_group: str = Field(min_length=1)
+    authority_host: str | None = None  # a sovereign cloud's (or a test's) AAD authority
+    disable_instance_discovery: bool = False
+    polling_interval_s: float = Field(5.0, ge=0)  # between polls of a long operation
 
 
 KIND = ProviderKind(
@@ -19,11 +24,8 @@ KIND = ProviderKind(
     credential_sources=("default", "client_secret_file", "client_secret_env"),
     billing=(60, 60),
     capabilities=frozenset({"spot", "placement", "root_volume"}),
-    keys=frozenset(
-        {"subscription_id", "resource_group", "authority_host", "disable_instance_discovery"}
-    ),
+    options=AzureOptions,
     sdk_loggers=("azure",),
     extra="azure",
     remote_api=True,
-    check=check,
 )

@@ -22,6 +22,7 @@ from clustermgr.config import ProviderSettings
 from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.azure.client import AzureClients
 from clustermgr.providers.azure.errors import SDK, SDK_ERRORS, classify, is_not_found
+from clustermgr.providers.azure.kind import AzureOptions
 from clustermgr.providers.azure.nics import NicJanitor
 from clustermgr.providers.azure.shapes import (
     Names,
@@ -88,7 +89,7 @@ class AzureProvider(CloudProvider[VmPlan]):
 
     def __init__(self, settings: ProviderSettings, cluster: str) -> None:
         super().__init__(settings, cluster)
-        self.resource_group = settings.resource_group or ""
+        self.resource_group = settings.options_as(AzureOptions).resource_group
         self.clients = AzureClients(settings, pool_size=MAX_WORKERS + 4)
         self.nics = NicJanitor(cluster, self.network, self.resource_group)
         self.skus: dict[str, SkuFacts] = {}  # by lower-cased size name, from read_catalog

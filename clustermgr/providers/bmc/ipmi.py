@@ -27,9 +27,11 @@ import subprocess
 from typing import TYPE_CHECKING, ClassVar
 
 from clustermgr.errors import ErrorKind, ProviderError
-from clustermgr.providers.bmc.nodes import BmcNode
-from clustermgr.providers.bmc.power import UNREACHABLE, BmcError, Driver, Power, unreachable
+from clustermgr.providers.bmc.client import Driver
+from clustermgr.providers.bmc.errors import BmcError, unreachable
+from clustermgr.providers.bmc.kind import IpmiOptions
 from clustermgr.providers.bmc.provider import PowerProvider
+from clustermgr.providers.bmc.shapes import UNREACHABLE, BmcNode, Power
 from clustermgr.providers.skeleton import Check, Failure, first_line
 from clustermgr.secret import Secret
 
@@ -110,9 +112,10 @@ class Ipmitool:
     """`ipmitool -I lanplus` against one BMC per call, with a hard deadline."""
 
     def __init__(self, settings: ProviderSettings) -> None:
-        self.timeout_s = settings.bmc_timeout_s
-        self.cipher_suite = settings.ipmi_cipher_suite
-        self.privilege = settings.ipmi_privilege
+        options = settings.options_as(IpmiOptions)
+        self.timeout_s = options.bmc_timeout_s
+        self.cipher_suite = options.ipmi_cipher_suite
+        self.privilege = options.ipmi_privilege
 
     def argv(self, tool: str, node: BmcNode, command: tuple[str, ...]) -> list[str]:
         # ipmitool's own retransmissions (-N seconds apart, -R retries) end within the

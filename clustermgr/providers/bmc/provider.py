@@ -25,7 +25,7 @@ An "instance" is a node: its id and node name are the node's name, its hardware 
 
 Calls go to different BMCs in parallel and one at a time to the same BMC (a Redfish BMC
 may serve several nodes); once a BMC has not answered, its other nodes are not asked
-again in the same call. No password is ever logged or put in an error (see nodes.py).
+again in the same call. No password is ever logged or put in an error (see client.py).
 """
 
 from __future__ import annotations
@@ -51,19 +51,16 @@ from clustermgr.providers.base import (
     LaunchSpec,
     ours,
 )
-from clustermgr.providers.bmc.nodes import (
-    BmcNode,
-    bmc_nodes,
-    credential_summary,
-    read_password,
-)
-from clustermgr.providers.bmc.power import (
-    BMC_SDK,
+from clustermgr.providers.bmc.client import Driver, credential_summary, read_password
+from clustermgr.providers.bmc.errors import BMC_SDK, BmcError
+from clustermgr.providers.bmc.kind import bmc_options
+from clustermgr.providers.bmc.shapes import (
     INSTANCE_STATE,
     UNREACHABLE,
-    BmcError,
-    Driver,
+    BmcNode,
     Power,
+    bmc_nodes,
+    instance_of,
 )
 from clustermgr.providers.skeleton import (
     Check,
@@ -117,6 +114,7 @@ class PowerProvider(CloudProvider[PowerPlan]):
 
     def __init__(self, settings: ProviderSettings, cluster: str) -> None:
         super().__init__(settings, cluster)
+        self.options = bmc_options(settings)
         self.nodes = bmc_nodes(settings)
         self.driver = self.make_driver(settings)
 
@@ -190,7 +188,7 @@ class PowerProvider(CloudProvider[PowerPlan]):
             left = deadline - time.monotonic()
             if left <= 0:
                 return False
-            time.sleep(min(max(self.settings.polling_interval_s, MIN_POLL_S), left))
+            time.sleep(min(max(self.options.polling_interval_s, MIN_POLL_S), left))
 
     # ------------------------------------------------------------------ launch
 
@@ -259,17 +257,7 @@ class PowerProvider(CloudProvider[PowerPlan]):
         return self.instance(node, state, {**tags, TAG_NODE: node.name})
 
     def instance(self, node: BmcNode, state: InstanceState, tags: dict[str, str]) -> CloudInstance:
-        return CloudInstance(
-            instance_id=node.name,
-            node_name=node.name,
-            state=state,
-            private_address=None,  # the BMC's address is not the node's
-            instance_type=node.instance_type,
-            zone=self.region,
-            lifecycle="on-demand",
-            launch_time=None,  # a BMC does not say when the node was powered on
-            tags=tags,
-        )
+        return instance_of(node, state, self.region, tags)
 
     # ------------------------------------------------------------------ list
 
@@ -342,7 +330,7 @@ class PowerProvider(CloudProvider[PowerPlan]):
         """Graceful shutdown, then hard off; returns once the BMC reports the node off."""
         if self.driver.status(node, password) is Power.OFF:
             return
-        soft_s = self.settings.soft_off_timeout_s
+        soft_s = self.options.soft_off_timeout_s
         if soft_s > 0 and self.driver.soft_off(node, password):
             log.info("%s: graceful shutdown of %s (up to %g s)", self.name, node.name, soft_s)
             if self.wait_for(node, password, Power.OFF, soft_s):
@@ -355,7 +343,7 @@ class PowerProvider(CloudProvider[PowerPlan]):
                 soft_s,
             )
         self.driver.hard_off(node, password)
-        hard_s = self.settings.hard_off_timeout_s
+        hard_s = self.options.hard_off_timeout_s
         if not self.wait_for(node, password, Power.OFF, hard_s):
             raise BmcError(
                 Failure(

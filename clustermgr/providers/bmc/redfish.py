@@ -26,9 +26,11 @@ from sushy import auth as sushy_auth
 from sushy import exceptions as sushy_errors
 
 from clustermgr.errors import ErrorKind
-from clustermgr.providers.bmc.nodes import BmcNode
-from clustermgr.providers.bmc.power import UNREACHABLE, BmcError, Driver, Power, unreachable
+from clustermgr.providers.bmc.client import Driver
+from clustermgr.providers.bmc.errors import BmcError, unreachable
+from clustermgr.providers.bmc.kind import RedfishOptions
 from clustermgr.providers.bmc.provider import PowerProvider
+from clustermgr.providers.bmc.shapes import UNREACHABLE, BmcNode, Power
 from clustermgr.providers.skeleton import Check, Failure, first_line
 from clustermgr.secret import Secret
 
@@ -75,10 +77,11 @@ class Sushy:
     """One sushy client per call, against one BMC."""
 
     def __init__(self, settings: ProviderSettings) -> None:
-        self.timeout_s = settings.bmc_timeout_s
-        self.scheme = settings.redfish_scheme
+        options = settings.options_as(RedfishOptions)
+        self.timeout_s = options.bmc_timeout_s
+        self.scheme = options.redfish_scheme
         self.verify: bool | str = (
-            str(settings.tls_ca_file) if settings.tls_ca_file else settings.tls_verify
+            str(options.tls_ca_file) if options.tls_ca_file else options.tls_verify
         )
 
     def system(self, node: BmcNode, password: Secret) -> sushy.resources.system.system.System:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from clustermgr.providers.local import net
 from clustermgr.providers.local.errors import auth_error
+from clustermgr.providers.local.kind import LocalOptions
 from clustermgr.providers.local.state import check_state_dir
 
 if TYPE_CHECKING:
@@ -20,18 +21,22 @@ SLURMD = "/usr/sbin/slurmd"
 CAP_NET_ADMIN = 12
 
 
+def local_options(settings: ProviderSettings) -> LocalOptions:
+    return settings.options_as(LocalOptions)
+
+
 def state_dir_of(settings: ProviderSettings) -> Path:
-    return settings.state_dir or DEFAULT_STATE_ROOT / settings.name
+    return local_options(settings).state_dir or DEFAULT_STATE_ROOT / settings.name
 
 
 def ensure_bridge(settings: ProviderSettings) -> str:
     """Make the provider's bridge (idempotent) and return the host's address on it."""
-    return net.ensure_bridge_for(net.Subnet.parse(settings.subnet))
+    return net.ensure_bridge_for(net.Subnet.parse(local_options(settings).subnet))
 
 
 def remove_bridge(settings: ProviderSettings) -> None:
     """Delete the provider's bridge; already gone is fine."""
-    net.remove_bridge_for(net.Subnet.parse(settings.subnet))
+    net.remove_bridge_for(net.Subnet.parse(local_options(settings).subnet))
 
 
 def can_manage_namespaces() -> bool:

@@ -79,6 +79,7 @@ from clustermgr.providers.local import net
 from clustermgr.providers.local.client import (
     authorize,
     can_manage_namespaces,
+    local_options,
     slurmd_path,
     state_dir_of,
 )
@@ -110,7 +111,7 @@ class LocalProvider:
         self.name = settings.name
         self.cluster = cluster
         self.state_dir = state_dir_of(settings)
-        self.subnet = net.Subnet.parse(settings.subnet)
+        self.subnet = net.Subnet.parse(local_options(settings).subnet)
         self.slurmd = slurmd_path()
 
     # --- reading ----------------------------------------------------------------------
@@ -276,7 +277,7 @@ class LocalProvider:
         if limit is not None and len(state.instances) >= limit:
             return "InstanceLimitReached", f"max_instances = {limit} reached"
         if self._free_address(state) is None:
-            return "SubnetFull", f"no free address left in {self.settings.subnet}"
+            return "SubnetFull", f"no free address left in {self.subnet.network}"
         return None
 
     def _free_address(self, state: State) -> str | None:

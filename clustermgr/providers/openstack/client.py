@@ -16,6 +16,7 @@ from typing import Any
 import openstack
 
 from clustermgr.config import ProviderSettings
+from clustermgr.providers.openstack.kind import OpenStackOptions
 
 
 @dataclass(frozen=True)
@@ -38,9 +39,8 @@ class Timing:
 
 def timing_for(settings: ProviderSettings) -> Timing:
     """Defaults, with `polling_interval_s` when the configuration sets it."""
-    if "polling_interval_s" in settings.model_fields_set:
-        return Timing(poll_interval_s=settings.polling_interval_s)
-    return Timing()
+    interval = settings.options_as(OpenStackOptions).polling_interval_s
+    return Timing() if interval is None else Timing(poll_interval_s=interval)
 
 
 class OpenStackClient:
@@ -64,7 +64,7 @@ class OpenStackClient:
 
     def _options(self) -> dict[str, Any]:
         options: dict[str, Any] = {"cloud": self.cloud, "region_name": self.settings.region}
-        options["api_timeout"] = self.settings.api_timeout_s
+        options["api_timeout"] = self.settings.options_as(OpenStackOptions).api_timeout_s
         if self.settings.endpoint_url:
             options["auth"] = {"auth_url": self.settings.endpoint_url}  # merged into the cloud's
         return options

@@ -1,27 +1,47 @@
-"""Which node has which BMC, and where each BMC password comes from (never the password).
+"""Shapes of the BMC providers, pure data and functions: which node has which BMC and
+where its password comes from (`BmcNode`, from the provider's `bmc_nodes` options), power
+states and what each is as an instance, a node as a `CloudInstance`.
 
 The configuration lists `bmc_nodes` entries (a hostlist of nodes, the BMC address with an
 optional `{node}`, port, Redfish system, hardware class) and names credentials on the
 provider or per entry: `password_file` (the file's first line) or `password_env` (an
-environment variable), always with a user name. The password is read on every use, so a
-rotated file takes effect without a restart, and it only ever travels inside a `Secret`,
-whose repr and str are masked, to the one call that hands it to the BMC client.
+environment variable), always with a user name. A `BmcNode` holds where the password comes
+from, never the password (client.py reads it).
 """
 
 from __future__ import annotations
 
-import os
+import enum
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from clustermgr.errors import ProviderError
-from clustermgr.providers.bmc.kind import default_port
-from clustermgr.providers.skeleton import auth_error
-from clustermgr.secret import Secret
+from clustermgr.providers.base import CloudInstance, InstanceState
+from clustermgr.providers.bmc.kind import BmcNodeSettings, bmc_options
 
 if TYPE_CHECKING:
-    from clustermgr.config import BmcNodeSettings, Credentials, ProviderSettings
+    from clustermgr.config import Credentials, ProviderSettings
+
+UNREACHABLE = "BmcUnreachable"  # the code of every "the BMC did not answer in time"
+
+
+class Power(enum.StrEnum):
+    ON = "on"
+    OFF = "off"
+    POWERING_ON = "powering-on"
+    POWERING_OFF = "powering-off"
+    UNKNOWN = "unknown"  # the BMC answered something we cannot read as a power state
+
+
+# A node that is off is like a terminated instance: nothing runs, nothing is billed, and a
+# launch brings it back. A BMC that does not answer is UNKNOWN (see provider.py), never off.
+INSTANCE_STATE = {
+    Power.ON: InstanceState.RUNNING,
+    Power.OFF: InstanceState.TERMINATED,
+    Power.POWERING_ON: InstanceState.PENDING,
+    Power.POWERING_OFF: InstanceState.STOPPING,
+    Power.UNKNOWN: InstanceState.UNKNOWN,
+}
 
 
 @dataclass(frozen=True)
@@ -59,11 +79,12 @@ class BmcNode:
 
 def bmc_nodes(settings: ProviderSettings) -> dict[str, BmcNode]:
     """The provider's nodes in configuration order, keyed by node name."""
+    options = bmc_options(settings)
     nodes: dict[str, BmcNode] = {}
-    for entry in settings.bmc_nodes:
+    for entry in options.bmc_nodes:
         creds = entry.credentials or settings.credentials
         for name in entry.node_names:
-            nodes[name] = _node(entry, creds, name, default_port(settings))
+            nodes[name] = _node(entry, creds, name, options.default_port)
     return nodes
 
 
@@ -80,36 +101,19 @@ def _node(entry: BmcNodeSettings, creds: Credentials, name: str, default_port: i
     )
 
 
-def read_password(node: BmcNode, provider: str) -> Secret:
-    """The node's BMC password; AUTH naming the source (never the content) when it cannot be
-    read or is empty."""
-    if node.secret_file is not None:
-        try:
-            lines = node.secret_file.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            why = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise _missing(node, provider, f"cannot read: {why}", "SecretUnreadable") from None
-        value = lines[0].strip() if lines else ""
-    else:
-        value = os.environ.get(node.secret_env or "", "").strip()
-    if not value:
-        raise _missing(node, provider, "the password is empty or unset", "SecretMissing")
-    return Secret(value)
-
-
-def _missing(node: BmcNode, provider: str, why: str, code: str) -> ProviderError:
-    return auth_error(
-        provider,
-        node.credential_source(),
-        f"{node.describe()}: {why}",
-        code,
-        "BMC password unavailable ({source}): {message}",
+def instance_of(
+    node: BmcNode, state: InstanceState, zone: str, tags: dict[str, str]
+) -> CloudInstance:
+    """A node as the instance the engine sees: its name is its id, its hardware class its
+    instance type, the provider's region its zone."""
+    return CloudInstance(
+        instance_id=node.name,
+        node_name=node.name,
+        state=state,
+        private_address=None,  # the BMC's address is not the node's
+        instance_type=node.instance_type,
+        zone=zone,
+        lifecycle="on-demand",
+        launch_time=None,  # a BMC does not say when the node was powered on
+        tags=tags,
     )
-
-
-def credential_summary(nodes: dict[str, BmcNode]) -> str:
-    """The distinct credential sources of these nodes, for messages."""
-    sources = sorted({node.credential_source() for node in nodes.values()})
-    if len(sources) <= 2:
-        return "; ".join(sources)
-    return f"{sources[0]}; and {len(sources) - 1} more sources"
