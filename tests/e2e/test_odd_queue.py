@@ -111,10 +111,11 @@ def sbatch(lab: CloudLab, *args: str) -> str:
     return lab.slurm.run(*argv, *args, "--wrap", "true").stdout.strip()
 
 
-def comments(lab: CloudLab) -> dict[str, str]:
-    """Pending job (or array record) -> its comment, as a user reads it in squeue."""
+def comments(lab: CloudLab, states: str = "all") -> dict[str, str]:
+    """Job (or array record) -> its comment, as a user reads it in squeue (a job served by a
+    launch may be running already: the comment stays)."""
     assert lab.slurm is not None
-    out = lab.slurm.run("squeue", "-h", "-t", "PD", "-o", "%i|%k").stdout
+    out = lab.slurm.run("squeue", "-h", "-t", states, "-o", "%i|%k").stdout
     found = dict(line.split("|", 1) for line in out.splitlines() if line.strip())
     return {job: "" if text == "(null)" else text for job, text in found.items()}
 
@@ -161,7 +162,7 @@ def test_the_odd_queue(lab: CloudLab) -> None:
 
     dry = json.loads(run(lab, "clustermgr", "policy", "dry-run", "--json").stdout)
     found = fates(dry)
-    pending = comments(lab)
+    pending = comments(lab, "PD")
     assert set(pending) <= set(found), (set(pending) - set(found), dry)  # every job, no gap
     array_records = [j for j in found if j.startswith(f"{jobs['array']}_")]
     tasks = sum(row["tasks"] for row in dry if "jobs" in row)
