@@ -22,6 +22,10 @@ from clustermgr.workload.base import comment_text
 
 PREFIX = HOLD_PREFIX  # "clustermgr: ", as on the nodes cm-scale holds
 MAX_JOBS_PER_CYCLE = 1000
+# Slurm judges a pending job again after any update, a comment's too: until its scheduler's
+# next look (about a second) the job's reason is None, and a verdict that depends on it
+# (waiting on nodes, or on Slurm) is kept, not flipped for that second
+SLURM_UNJUDGED = "None"
 
 
 def verdict_text(fate: JobFate) -> str:
@@ -50,6 +54,8 @@ def comment_updates(view: ClusterView, plan: Plan) -> dict[str, list[str]]:
     for job in view.pending:
         if job.comment and not job.comment.startswith(PREFIX):
             continue  # the user's own
+        if job.comment and job.reason == SLURM_UNJUDGED:
+            continue  # updated a moment ago: its Slurm reason is not back yet
         text = wanted.get(job.job_id, "")
         if text and policy.isdisjoint(job.partition.split(",")):
             text = ""  # a slurm-mode template's job: Slurm speaks for it

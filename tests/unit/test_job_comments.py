@@ -132,3 +132,11 @@ def test_the_dry_run_shows_every_job_and_counts_an_array_s_tasks() -> None:
     assert served["reason"] == "waiting for gpu nodes g[1-2], launched for it"
     assert rows["unfit"]["jobs"] == ["9"]
     assert rows["other"]["jobs"] == ["10"]
+
+
+def test_a_verdict_is_kept_while_slurm_has_not_judged_the_job_again() -> None:
+    """A comment update leaves the job's reason None for a moment: the verdict that rests
+    on the reason (waiting on nodes) is not cleared for it, and rewritten the next cycle."""
+    said = "clustermgr: waiting: on nodes of gpu that are up, coming or at their limit"
+    assert updates([job("1", gpus_per_node=1, reason="None", comment=said)], Plan()) == {}
+    assert updates([job("1", gpus_per_node=1, comment=said)], Plan()) == {}
