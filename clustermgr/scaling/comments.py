@@ -23,8 +23,8 @@ from clustermgr.workload.base import comment_text
 PREFIX = HOLD_PREFIX  # "clustermgr: ", as on the nodes cm-scale holds
 MAX_JOBS_PER_CYCLE = 1000
 # Slurm judges a pending job again after any update, a comment's too: until its scheduler's
-# next look (about a second) the job's reason is None, and a verdict that depends on it
-# (waiting on nodes, or on Slurm) is kept, not flipped for that second
+# next look (at once, or the next backfill pass) the job's reason is None, and a verdict
+# that depends on it (waiting on nodes, or on Slurm) is kept, not flipped meanwhile
 SLURM_UNJUDGED = "None"
 
 
