@@ -9,7 +9,9 @@ the comment the snapshot read (so a steady queue costs no call), jobs with the s
 in one call (a hundred a call), and at most MAX_JOBS_PER_CYCLE jobs a cycle (the rest the
 next cycle). A comment the user set (one not starting with `clustermgr: `) is never
 touched; ours is cleared once cm-scale has nothing to add to Slurm's own reason (held or
-waiting as Slurm says, a partition no template serves).
+waiting as Slurm says, a partition no template serves). A write clears the job's Slurm
+reason until Slurm judges it again; `fit.lacks_resources` reads such a job (reason None,
+our comment) as still waiting for nodes, so neither the policies nor the verdict flip.
 """
 
 from __future__ import annotations
@@ -22,10 +24,6 @@ from clustermgr.workload.base import comment_text
 
 PREFIX = HOLD_PREFIX  # "clustermgr: ", as on the nodes cm-scale holds
 MAX_JOBS_PER_CYCLE = 1000
-# Slurm judges a pending job again after any update, a comment's too: until its scheduler's
-# next look (at once, or the next backfill pass) the job's reason is None, and a verdict
-# that depends on it (waiting on nodes, or on Slurm) is kept, not flipped meanwhile
-SLURM_UNJUDGED = "None"
 
 
 def verdict_text(fate: JobFate) -> str:
@@ -54,8 +52,6 @@ def comment_updates(view: ClusterView, plan: Plan) -> dict[str, list[str]]:
     for job in view.pending:
         if job.comment and not job.comment.startswith(PREFIX):
             continue  # the user's own
-        if job.comment and job.reason == SLURM_UNJUDGED:
-            continue  # updated a moment ago: its Slurm reason is not back yet
         text = wanted.get(job.job_id, "")
         if text and policy.isdisjoint(job.partition.split(",")):
             text = ""  # a slurm-mode template's job: Slurm speaks for it

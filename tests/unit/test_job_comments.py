@@ -7,13 +7,14 @@ from __future__ import annotations
 import pytest
 
 from clustermgr.cli.plan_output import plan_rows
+from clustermgr.config import PolicyRef
 from clustermgr.policy.decision import Refusal, ScaleDecision
 from clustermgr.scaling.accounting import account_jobs
 from clustermgr.scaling.clamp import LaunchOrder, Plan
 from clustermgr.scaling.comments import MAX_JOBS_PER_CYCLE, comment_updates
 from clustermgr.workload.base import COMMENT_MAX, comment_text
 from clustermgr.workload.squeue import PENDING_FIELDS, parse_pending
-from tests.unit.test_policies import job, template, view
+from tests.unit.test_policies import job, run, slot, template, view
 
 pytestmark = pytest.mark.unit
 PROTECTED = (
@@ -134,9 +135,14 @@ def test_the_dry_run_shows_every_job_and_counts_an_array_s_tasks() -> None:
     assert rows["other"]["jobs"] == ["10"]
 
 
-def test_a_verdict_is_kept_while_slurm_has_not_judged_the_job_again() -> None:
-    """A comment update leaves the job's reason None for a moment: the verdict that rests
-    on the reason (waiting on nodes) is not cleared for it, and rewritten the next cycle."""
+def test_a_job_whose_reason_our_write_cleared_still_waits_for_nodes() -> None:
+    """A comment update leaves the job's Slurm reason None until Slurm judges it again:
+    with our comment it still counts as waiting for nodes (queue_depth launches for it),
+    so its verdict does not flip; a None reason without our comment does not."""
     said = "clustermgr: waiting: on nodes of gpu that are up, coming or at their limit"
     assert updates([job("1", gpus_per_node=1, reason="None", comment=said)], Plan()) == {}
-    assert updates([job("1", gpus_per_node=1, comment=said)], Plan()) == {}
+    plan = planned([job("1", gpus_per_node=1, reason="None", comment=said)], Plan())
+    queue_depth = [PolicyRef(name="queue_depth")]
+    assert run(queue_depth, view([slot("g1")], [job("1", reason="None", comment=said)])).launches
+    assert not run(queue_depth, view([slot("g1")], [job("1", reason="None")])).launches
+    assert [f.status for f in plan.jobs] == ["waiting"]
