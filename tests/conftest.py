@@ -33,6 +33,7 @@ EXAMPLE_CONFIG = REPO / "etc" / "clustermgr.toml.example"
 SHARED_GROUPS = {
     "cloud-networks": (
         "tests/e2e/test_clouds.py",
+        "tests/e2e/test_odd_queue.py",
         "tests/e2e/test_faults.py",
         "tests/e2e/test_takeover.py",
         "tests/e2e/test_database_down.py",

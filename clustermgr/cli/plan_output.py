@@ -106,19 +106,18 @@ def plan_rows(plan: Plan) -> list[dict[str, Any]]:
         }
         for r in plan.refusals
     )
-    for fate in plan.jobs:
-        if fate.status == "launch":
-            continue  # the launch rows name them
-        rows.append(
-            {
-                "action": fate.status,
-                "target": job_list(fate.jobs),
-                "count": len(fate.jobs),
-                "market": None,
-                "reason": fate.reason,
-                "jobs": list(fate.jobs),  # --json: every job id (the table shows a few)
-            }
-        )
+    rows.extend(
+        {
+            "action": fate.status,  # served (by a launch above), waiting, refused, unfit, ...
+            "target": job_list(fate.jobs),
+            "count": fate.tasks,  # a pending array counts its tasks
+            "market": None,
+            "reason": fate.reason,
+            "jobs": list(fate.jobs),  # --json: every job id (the table shows a few)
+            "tasks": fate.tasks,
+        }
+        for fate in plan.jobs
+    )
     rows.extend(
         {"action": "note", "target": "-", "count": None, "market": None, "reason": note}
         for note in plan.notes

@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping
 
 from clustermgr.policy.view import TemplateView
+from clustermgr.reasons import HOLD_PREFIX
 from clustermgr.workload.base import PendingJob
 
 # Pending reasons that mean "not enough nodes" (Slurm's own reason strings).
@@ -25,8 +26,14 @@ RESOURCE_REASONS = frozenset(
 
 def lacks_resources(job: PendingJob) -> bool:
     """squeue prints some reasons with spaces ("Nodes required for job are DOWN, ..."),
-    others with underscores; compare them in the underscore form, by prefix."""
+    others with underscores; compare them in the underscore form, by prefix. A job whose
+    reason is None while it carries cm-scale's verdict in its comment waits as it did when
+    that verdict was written: the write itself cleared Slurm's reason, which stays None
+    until Slurm judges the job again (that may take long while every node it could use is
+    held), and a job cm-scale gave a verdict of its own was waiting for nodes."""
     reason = job.reason.replace(" ", "_")
+    if reason == "None" and job.comment.startswith(HOLD_PREFIX):
+        return True
     return reason.startswith(RESOURCE_PREFIXES)
 
 

@@ -1,6 +1,8 @@
-"""Every pending job in a cloud partition is accounted for in the plan: served by a launch,
-waiting (for nodes already up or coming, or for Slurm's own reason), refused (with the
-policy's reason), unfit (with why, even when Slurm's pending reason hides it) or held.
+"""Every pending job is accounted for in the plan: served by a launch (which one, its
+nodes named), waiting (for nodes already up or coming, or for Slurm's own reason), refused
+(with the policy's reason), unfit (with why, even when Slurm's pending reason hides it),
+held, or other (no template serves its partition: Slurm's own nodes run it). A pending
+array counts its tasks.
 
 Queues hold 100,000 jobs: the fit is decided once per job shape, and jobs are grouped by
 (status, reason) so `policy dry-run` prints a line per group, not per job.
@@ -8,6 +10,7 @@ Queues hold 100,000 jobs: the fit is decided once per job shape, and jobs are gr
 
 from __future__ import annotations
 
+from clustermgr.hostlists import compress
 from clustermgr.policy.decision import ScaleDecision
 from clustermgr.policy.fit import JobShape, job_shape, lacks_resources, serving_templates, why_not
 from clustermgr.policy.view import ClusterView, TemplateView
@@ -15,6 +18,7 @@ from clustermgr.scaling.clamp import JobFate, Plan
 from clustermgr.workload.base import PendingJob
 
 SLURM_HOLDS = ("JobHeld", "Held")
+SLURM_SAYS = "Slurm: "  # a fate whose reason is Slurm's own pending reason
 
 
 def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list[JobFate]:
@@ -23,10 +27,10 @@ def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list
     groups: dict[tuple[str, str], list[str]] = {}
     accounted: set[str] = set()
     for order in plan.launches:
-        groups.setdefault(("launch", f"nodes of {order.template} launched for it"), []).extend(
-            order.jobs
-        )
-        accounted.update(order.jobs)
+        served = [job for job in order.jobs if job not in accounted]
+        reason = f"waiting for {order.template} nodes {compress(order.nodes)}, launched for it"
+        groups.setdefault(("served", reason), []).extend(served)
+        accounted.update(served)
     for refusal in plan.refusals:
         refused = [job for job in refusal.jobs if job not in accounted]
         groups.setdefault(("refused", refusal.reason), []).extend(refused)
@@ -41,11 +45,15 @@ def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list
             fits[shape] = fitting(job, view)
         templates, why = fits[shape]
         if not templates and not why:
-            continue  # no template serves its partition: on-prem business
-        key = fate(job, templates, why, decision, refused_templates)
+            key = ("other", f"no template serves partition {job.partition}: Slurm's own nodes")
+        else:
+            key = fate(job, templates, why, decision, refused_templates)
         groups.setdefault(key, []).append(job.job_id)
+    arrays = {job.job_id: job.array_tasks for job in view.pending if job.array_tasks > 1}
     return [
-        JobFate(status, reason, tuple(jobs)) for (status, reason), jobs in groups.items() if jobs
+        JobFate(status, reason, tuple(jobs), sum(arrays.get(job, 1) for job in jobs))
+        for (status, reason), jobs in groups.items()
+        if jobs
     ]
 
 
@@ -69,13 +77,13 @@ def fate(
     if not templates:
         return "unfit", decision.unfit.get(job.job_id, why)
     if job.reason.startswith(SLURM_HOLDS):
-        return "held", f"Slurm: {job.reason}"
+        return "held", f"{SLURM_SAYS}{job.reason}"
     refusal = next(
         (refused_templates[t.name] for t in templates if t.name in refused_templates), None
     )
     if refusal is not None:
         return "refused", refusal
     if not lacks_resources(job):
-        return "waiting", f"Slurm: {job.reason}"
+        return "waiting", f"{SLURM_SAYS}{job.reason}"
     names = ",".join(t.name for t in templates)
     return "waiting", f"on nodes of {names} that are up, coming or at their limit"

@@ -17,6 +17,7 @@ from clustermgr.policy.view import ClusterView
 from clustermgr.reasons import HOLD_PREFIX, HOLD_REASON, PROTECTED, REFUSED, Reason, is_hold
 from clustermgr.scaling.actor import Actor, LaunchOutcome
 from clustermgr.scaling.clamp import LaunchOrder, Plan, StopOrder
+from clustermgr.scaling.comments import comment_updates
 from clustermgr.scaling.observe import Snapshot
 from clustermgr.scaling.ownership import FOREIGN_VERDICT
 from clustermgr.scaling.reconcile import Judgment
@@ -39,6 +40,7 @@ class ActReport:
     adopted: list[str] = field(default_factory=list)
     told: list[str] = field(default_factory=list)
     orphans_terminated: list[str] = field(default_factory=list)
+    commented: int = 0  # pending jobs whose comment now carries a new verdict
     powered_off: list[str] = field(default_factory=list)  # on-prem, on while Slurm had them off
     error: str | None = None
 
@@ -165,6 +167,7 @@ def act_on_plan(
     hold_policy_nodes(actor, view, plan)
     for refusal in plan.refusals:
         record(actor, "refusal", f"{refusal.template}: {refusal.reason}")
+    out.commented = actor.comment(comment_updates(view, plan))  # what users see, last
 
 
 def launch(

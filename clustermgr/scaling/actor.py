@@ -386,6 +386,18 @@ class Actor:
         if names:
             self._slurm_quietly(self.workload.undrain, names)
 
+    def comment(self, updates: Mapping[str, Sequence[str]]) -> int:
+        """Pending jobs' comments set (text -> jobs; "" clears), the batches Slurm refused
+        logged (a job that ended since the snapshot); how many jobs were written."""
+        written = 0
+        for text, jobs in sorted(updates.items()):
+            try:
+                self.workload.comment_jobs(sorted(jobs), text)
+                written += len(jobs)
+            except WorkloadError as exc:
+                log.warning("comment of %d pending jobs not set: %s", len(jobs), exc)
+        return written
+
     def _slurm_quietly(
         self, action: Callable[..., None], names: Sequence[str], *args: object, **kwargs: object
     ) -> None:

@@ -50,11 +50,12 @@ class StopOrder:
 
 @dataclass(frozen=True)
 class JobFate:
-    """What the plan does for a group of pending cloud-partition jobs, and why."""
+    """What the plan does for a group of pending jobs, and why."""
 
-    status: str  # launch, waiting, refused, unfit, held
+    status: str  # served, waiting, refused, unfit, held, other (no template's partition)
     reason: str
     jobs: tuple[str, ...]
+    tasks: int  # the jobs' tasks: a pending array of 50 counts 50
 
 
 @dataclass
@@ -63,7 +64,7 @@ class Plan:
     stops: list[StopOrder] = field(default_factory=list)
     refusals: list[Refusal] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    jobs: list[JobFate] = field(default_factory=list)  # every pending cloud job, accounted
+    jobs: list[JobFate] = field(default_factory=list)  # every pending job, accounted
 
     @property
     def empty(self) -> bool:

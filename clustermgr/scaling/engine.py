@@ -91,6 +91,8 @@ class CycleReport:
         unfit = sum(len(f.jobs) for f in self.plan.jobs if f.status == "unfit") if self.plan else 0
         if unfit:
             parts.append(f"{unfit} pending jobs fit no template (clustermgr policy dry-run)")
+        if self.acted.commented:
+            parts.append(f"{self.acted.commented} jobs' verdicts written to their comments")
         parts += waiting_summary(self.view)
         if self.directors:
             parts.append(f"directors: {self.directors}")

@@ -105,6 +105,7 @@ class PendingJob:
     user: str = ""
     requeue: bool = True
     gpus_per_task: int = 0  # --gpus-per-task: each of `tasks` tasks needs this many on one node
+    comment: str = ""  # the job's comment (`squeue -o %k`): cm-scale's verdict, or the user's
 
     @property
     def gpus_total(self) -> int:
@@ -163,6 +164,11 @@ class Workload(Protocol):
         idle; a node that is not drained is left as it is)."""
         ...
 
+    def comment_jobs(self, jobs: Sequence[str], text: str) -> None:
+        """Set the comment of pending jobs (ids as the snapshot has them) to `text`, made
+        one line of at most COMMENT_MAX characters by `comment_text`; "" clears it."""
+        ...
+
 
 _GRES_GPU = re.compile(r"(?:^|,)gpu(?::(?P<model>[A-Za-z][\w.-]*))?:(?P<count>\d+)")
 
@@ -174,6 +180,17 @@ def parse_gpu_gres(gres: str) -> tuple[str | None, int]:
         total += int(found["count"])
         model = model or found["model"]
     return model, total
+
+
+COMMENT_MAX = 250  # a line squeue and `scontrol show job` show whole
+
+
+def comment_text(text: str) -> str:
+    """A job comment as Slurm will store it: one line (control characters become spaces,
+    runs of blanks one), at most COMMENT_MAX characters. Compare a job's comment with this,
+    not with the text before it."""
+    printable = "".join(" " if has_control(char) else char for char in text)
+    return " ".join(printable.split())[:COMMENT_MAX].rstrip()
 
 
 def reason_arg(reason: str) -> str:

@@ -23,10 +23,12 @@ from clustermgr.workload.base import (
     RunningJob,
     WorkloadNode,
     WorkloadSnapshot,
+    comment_text,
     parse_gpu_gres,
     reason_arg,
 )
 from clustermgr.workload.squeue import (
+    JOB_ID,
     PENDING_FORMAT,
     RUNNING_FORMAT,
     parse_pending,
@@ -34,6 +36,7 @@ from clustermgr.workload.squeue import (
 )
 
 ADDRESS_BATCH = 100
+COMMENT_BATCH = 100  # job ids per `scontrol update jobid=...`
 log = logging.getLogger("clustermgr.workload")
 
 
@@ -189,6 +192,24 @@ class SlurmCli:
         and accepts a node that is not drained (RESUME fails: "Invalid node state")."""
         self.update_nodes(nodes, state="UNDRAIN")
 
+    def comment_jobs(self, jobs: Sequence[str], text: str) -> None:
+        """`scontrol update jobid=A,B,... comment=TEXT`, COMMENT_BATCH jobs a call. scontrol
+        takes the comment whole from its argument (quotes would be stored as part of it);
+        a pending array (`12_[1-50]`) is updated by its array's id. Every batch is tried:
+        a job that ended since the snapshot fails its batch (Slurm still updates the
+        others), and the first failure is raised after the last batch."""
+        ids = [job_arg(job) for job in jobs]
+        value = comment_text(text)
+        failed: WorkloadError | None = None
+        for start in range(0, len(ids), COMMENT_BATCH):
+            batch = ",".join(dict.fromkeys(ids[start : start + COMMENT_BATCH]))
+            try:
+                self.run("scontrol", "update", f"jobid={batch}", f"comment={value}")
+            except WorkloadError as exc:
+                failed = failed or exc
+        if failed is not None:
+            raise failed
+
 
 def node_list(nodes: Iterable[str]) -> str:
     """The hostlist for `scontrol update nodename=`; every name one Slurm word (scontrol
@@ -201,6 +222,14 @@ def node_list(nodes: Iterable[str]) -> str:
         if problem:
             raise WorkloadError(f"scontrol update not run: node {problem}")
     return compress(names)
+
+
+def job_arg(job_id: str) -> str:
+    """A job id for `scontrol update jobid=`: one squeue printed (checked again: it goes
+    into argv), a pending array's record (`12_[1-50]`) as its array's id."""
+    if not JOB_ID.fullmatch(job_id):
+        raise WorkloadError(f"scontrol update not run: {job_id[:40]!r} is not a job id")
+    return job_id.split("_[", 1)[0]
 
 
 def _first_line(text: str) -> str:

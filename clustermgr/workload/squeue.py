@@ -23,7 +23,7 @@ NEWLINE = "\n"  # Slurm ends a record with \n alone: str.splitlines() would also
 # \x1c-\x1e, \x85 and U+2028/U+2029, which a job's free-text fields may hold
 SKIP_WARNINGS = 5  # per read: the first bad lines by name, then a count
 # a job id as squeue prints it: 123, 123_4, 123_[1-1000%10], 123+0 (a het job's part)
-_JOB_ID = re.compile(r"[0-9]+(?:_(?:[0-9]+|\[[0-9,:%-]+\])|\+[0-9]+)?")
+JOB_ID = re.compile(r"[0-9]+(?:_(?:[0-9]+|\[[0-9,:%-]+\])|\+[0-9]+)?")
 PENDING_FIELDS = (
     "JobArrayID",
     "ArrayTaskID",
@@ -42,7 +42,9 @@ PENDING_FIELDS = (
     "Requeue",
     "Reason",
 )
-PENDING_FORMAT = ",".join(f"{name}:0{TAB}" for name in PENDING_FIELDS)  # 0: no padding
+# 0: no padding. The job's comment comes last: free text (a user's may even hold a tab),
+# and a line without it (an older reader's stand-in) is still a job, with no comment
+PENDING_FORMAT = ",".join(f"{name}:0{TAB}" for name in (*PENDING_FIELDS, "Comment"))
 RUNNING_FIELDS = ("JobArrayID", "NodeList", "EndTime")
 RUNNING_FORMAT = ",".join(f"{name}:0{TAB}" for name in RUNNING_FIELDS)
 
@@ -63,11 +65,13 @@ def parse_pending(text: str) -> list[PendingJob]:
             skipped.add(number, fields[0], f"{len(fields)} fields, expected {width}")
             continue
         job_id = fields[0].strip()
-        if not _JOB_ID.fullmatch(job_id):
+        if not JOB_ID.fullmatch(job_id):
             skipped.add(number, job_id, "not a job id")
             continue
         try:
-            jobs.append(_pending(*fields[:width]))
+            job = _pending(*fields[:width])
+            job.comment = comment(fields[width:])
+            jobs.append(job)
         except (ValueError, KeyError, OverflowError) as exc:
             skipped.add(number, job_id, f"cannot parse {line[:80]!r}: {exc}")
     skipped.report()
@@ -151,6 +155,14 @@ def _pending(  # one argument per squeue field, in PENDING_FIELDS order
     )
 
 
+def comment(fields: list[str]) -> str:
+    """The Comment field from what follows Reason (squeue ends it with a tab too); "" for
+    none ('(null)')."""
+    text = TAB.join(fields)
+    text = text[:-1] if text.endswith(TAB) else text
+    return "" if text.strip() == "(null)" else text
+
+
 @functools.lru_cache(maxsize=4096)
 def _tres(text: str) -> tuple[int, int, int]:
     """'cpu=4,mem=8000M,node=2,billing=4' -> (nodes, cpus, memory MB); queues repeat these."""
@@ -167,7 +179,7 @@ def parse_running(text: str) -> list[RunningJob]:
     for number, line in _lines(text):
         fields = line.split(TAB)
         job_id = fields[0].strip()
-        if len(fields) < len(RUNNING_FIELDS) or not _JOB_ID.fullmatch(job_id):
+        if len(fields) < len(RUNNING_FIELDS) or not JOB_ID.fullmatch(job_id):
             skipped.add(number, job_id, "not a job line")
             continue
         nodelist = fields[1].strip()

@@ -132,7 +132,11 @@ def test_failed_launches_protect_the_template_until_an_admin_resets_it(quota_lab
     # so they wait as they were, not requeued behind Slurm's ~2-minute BeginTime hold
     for job in jobs:
         assert (lab.job(job, "JobState"), lab.job(job, "Restarts")) == ("PENDING", "0")
-        assert lab.job(job, "Reason") not in ("None", "BeginTime"), lab.job(job, "Reason")
+        # None only when cm-scale's comment (its verdict) cleared Slurm's reason
+        seen = lab.slurm.run("squeue", "-h", "-j", job, "-o", "%r|%k").stdout.strip()
+        reason, comment = seen.split("|", 1)
+        assert reason != "BeginTime", seen
+        assert reason != "None" or comment.startswith("clustermgr: "), seen
     dry = json.loads(lab.run("cm-scale", "--dry-run", "--json").stdout)
     refused = [row for row in dry if row["action"] == "refused"]
     assert refused and refused[0]["reason"].startswith("(Code:PROTECTED) 2 launch/boot"), dry

@@ -77,6 +77,9 @@ class ScriptedSlurm:
     def undrain(self, nodes: Sequence[str]) -> None:
         self.calls.append(("undrain", tuple(nodes)))
 
+    def comment_jobs(self, jobs: Sequence[str], text: str) -> None:
+        self.calls.append(("comment", tuple(jobs)))
+
     def show(self, name: str, state: str, *flags: str) -> None:
         self.nodes[name] = replace(self.nodes[name], state=state, flags=frozenset(flags))
 

@@ -65,6 +65,11 @@ class LabOptions:
     slurm: dict[str, Any] = field(default_factory=dict)  # more [slurm] keys
     suspend_timeout_s: int = 5  # Slurm's SuspendTimeout
     slurm_conf: tuple[str, ...] = ()  # more slurm.conf lines (a later key wins)
+    # several templates (the odd queue's): each merged over the lab's one burst template,
+    # with its own node groups and partitions in slurm.conf instead of the burst group's
+    templates: tuple[dict[str, Any], ...] = ()
+    groups: tuple[NodeGroup, ...] = ()
+    partitions: tuple[Partition, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -249,17 +254,13 @@ class CloudLab:
         head = net.ensure_bridge_for(self.subnet)
         hooks = {kind: self._hook_wrapper(kind) for kind in HOOKS}
         nodes = self.options.nodes
+        burst = NodeGroup(
+            nodes, cpus=2, memory_mb=1000, features=(PROVIDER, self.settings.region, "burst")
+        )
         self.slurm = SlurmLab(
             self.workdir / "slurm",
-            [
-                NodeGroup(
-                    nodes,
-                    cpus=2,
-                    memory_mb=1000,
-                    features=(PROVIDER, self.settings.region, "burst"),
-                )
-            ],
-            [Partition("gpu", nodes, default=True)],
+            list(self.options.groups or [burst]),
+            list(self.options.partitions or [Partition("gpu", nodes, default=True)]),
             controller_address=head,
             resume_program=hooks["resume"],
             suspend_program=hooks["suspend"],
@@ -310,7 +311,7 @@ class CloudLab:
             "cluster": {"name": CLUSTER, "head_address": self.slurm.conf_server},
             "database": {"url": self.db_url, **opts.database},
             "providers": [provider],
-            "templates": [template],
+            "templates": [{**template, **more} for more in opts.templates or [{}]],
             "policy": {"chain": [dict(link) for link in opts.policy_chain]},
             "daemon": {
                 "interval_s": opts.interval_s,

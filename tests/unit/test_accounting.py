@@ -30,7 +30,8 @@ def test_odd_jobs_are_reported_unfit_whatever_slurm_says_of_them() -> None:
     assert found["1"] == ("unfit", "needs 3 GPUs per node, gpu has 2")
     assert found["2"] == ("unfit", "needs 20 nodes, gpu allows at most 6")
     assert found["3"] == ("unfit", "needs 5000 MB per node, gpu has 2000 MB")
-    assert "4" not in found  # not a cloud partition: not the plan's business
+    # not a cloud partition: Slurm's own business, but the dry run still shows it
+    assert found["4"] == ("other", "no template serves partition onprem: Slurm's own nodes")
 
 
 def test_launched_refused_held_and_waiting_jobs() -> None:
@@ -49,7 +50,7 @@ def test_launched_refused_held_and_waiting_jobs() -> None:
         job("20", gpus_per_node=1, reason="Dependency"),
         job("21", gpus_per_node=1),
     )
-    assert found["1"] == ("launch", "nodes of gpu launched for it")
+    assert found["1"] == ("served", "waiting for gpu nodes g1, launched for it")
     assert found["2"] == ("refused", "budget_cap: $10/h reached")
     assert found["3"] == ("held", "onprem_first: on-prem frees up first")
     assert {found[str(i)] for i in range(10, 17)} == {("held", "Slurm: JobHeldUser")}
