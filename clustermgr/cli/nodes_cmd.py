@@ -177,9 +177,9 @@ def _onprem_providers(session: Any) -> frozenset[str]:
     from sqlalchemy import select
 
     from clustermgr.db.models import Provider
-    from clustermgr.kinds import onprem_types
 
-    query = select(Provider.name).where(Provider.type.in_(sorted(onprem_types())))
+    # the built-in BMC types: loading every kind (their options models) would import pydantic
+    query = select(Provider.name).where(Provider.type.in_(("ipmi", "redfish")))
     return frozenset(session.scalars(query))
 
 
