@@ -39,9 +39,11 @@ REJECTED_SHOWN = 20
     "policies",
     multiple=True,
     metavar="NAME",
-    help="static, reactive, bound, default (the config's chain) or a+b+c; repeatable.",
+    help="static, reactive, bound, clairvoyant, default (the config's chain) or a+b+c; repeatable.",
 )
-@click.option("--compare", is_flag=True, help="Add the static, reactive and bound baselines.")
+@click.option(
+    "--compare", is_flag=True, help="Add the static, reactive, bound and clairvoyant baselines."
+)
 @click.option(
     "--onprem-nodes",
     type=click.IntRange(min=0),
@@ -86,9 +88,9 @@ def simulate(
 ) -> None:
     """Replay a trace through the real policy chain and the baselines: cost, wait, plots."""
     from clustermgr.config import load_settings
+    from clustermgr.sim.clairvoyant import waste_captured
     from clustermgr.sim.plot import check_target, write_plot
-    from clustermgr.sim.replay import Replay
-    from clustermgr.sim.strategies import strategies
+    from clustermgr.sim.strategies import replay_of, strategies
     from clustermgr.sim.traces import read_trace
 
     settings = load_settings(config_file) if config_file else app.settings()
@@ -116,7 +118,7 @@ def simulate(
         started = time.monotonic()
         if sys.stderr.isatty() and not as_json:
             click.echo(f"replaying {len(trace.jobs):,} jobs: {strategy.name} ...", err=True)
-        outcome = Replay(settings, trace, strategy, nodes, scale_time).run()
+        outcome = replay_of(settings, trace, strategy, nodes, scale_time).run()
         runs.append((outcome.figures(), outcome.timeline, time.monotonic() - started))
     facts = {
         "trace": str(trace_path),
@@ -127,6 +129,7 @@ def simulate(
         "scale_time": scale_time,
         "seed": settings.simulate.seed,
     }
+    captured = waste_captured({figures.strategy: figures.cost for figures, _, _ in runs})
     if plot_path is not None:
         title = f"{trace_path.name}: {nodes} on-prem nodes, scale-time {scale_time:g}"
         write_plot(plot_path, title, [(figures, timeline) for figures, timeline, _ in runs])
@@ -134,7 +137,14 @@ def simulate(
         from clustermgr.cli.output import emit_json
 
         rejected = [{"line": r.line, "why": r.why} for r in trace.rejected[:REJECTED_SHOWN]]
-        results = [{**f.as_json(), "replay_s": round(s, 2)} for f, _, s in runs]
+        results = [
+            {
+                **f.as_json(),
+                "waste_captured": _rounded(captured[f.strategy]),
+                "replay_s": round(s, 2),
+            }
+            for f, _, s in runs
+        ]
         emit_json({**facts, "rejected_first": rejected, "results": results})
         return
     click.echo(
@@ -142,7 +152,7 @@ def simulate(
         f"{nodes} on-prem nodes, scale-time {scale_time:g}, seed {settings.simulate.seed}"
     )
     power = settings.simulate.onprem_suspend_after_s is not None
-    _table([(f, s) for f, _, s in runs], ROWS + (POWER_ROWS if power else []))
+    _table([(f, s) for f, _, s in runs], ROWS + (POWER_ROWS if power else []), captured)
     if plot_path is not None:
         click.echo(f"plot written to {plot_path}")
 
@@ -178,7 +188,15 @@ POWER_ROWS: list[tuple[str, str]] = [
 ]
 
 
-def _table(runs: list[tuple[Any, float]], rows: list[tuple[str, str]]) -> None:
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _table(
+    runs: list[tuple[Any, float]],
+    rows: list[tuple[str, str]],
+    captured: dict[str, float | None],
+) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -189,6 +207,9 @@ def _table(runs: list[tuple[Any, float]], rows: list[tuple[str, str]]) -> None:
         table.add_column(Text(figures.strategy), justify="right")  # a name, not markup
     for label, key in rows:
         table.add_row(label, *(_show(key, getattr(f, key)) for f, _ in runs))
+        if key == "cost" and any(value is not None for value in captured.values()):
+            shown = (captured[f.strategy] for f, _ in runs)
+            table.add_row("waste captured", *("-" if v is None else f"{v:.0%}" for v in shown))
     table.add_row("replay time", *(f"{seconds:.1f} s" for _, seconds in runs))
     Console(soft_wrap=False, width=max(120, Console().width)).print(table)
     errors = [f for f, _ in runs if f.last_policy_error]

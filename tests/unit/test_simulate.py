@@ -12,7 +12,7 @@ from clustermgr.config import Settings, parse_settings
 from clustermgr.errors import ConfigError, UsageError
 from clustermgr.sim.replay import Replay
 from clustermgr.sim.results import Figures
-from clustermgr.sim.strategies import strategies, strategy
+from clustermgr.sim.strategies import replay_of, strategies, strategy
 from clustermgr.sim.traces import Trace, TraceJob
 
 PRICE = 3.6  # $/hour: 0.001 $/s, so costs read as seconds
@@ -24,6 +24,8 @@ def settings(**simulate: Any) -> Settings:
     gpus = simulate.pop("gpus", 0)
     fallback = simulate.pop("fallback", None)  # a fallback template of this max_nodes
     mode = simulate.pop("demand_mode", "policy")
+    spot_twin = simulate.pop("spot_twin", False)  # a spot template of the same shape
+    billing = simulate.pop("billing", {})  # the provider's billing override
     template: dict[str, Any] = {
         "name": "burst",
         "provider": "aws",
@@ -40,6 +42,8 @@ def settings(**simulate: Any) -> Settings:
     if gpus:
         template.update(gpus=gpus, gpu_model="a100")
     templates = [template]
+    if spot_twin:
+        templates.append({**template, "name": "cheap", "nodes": "cheap-[01-20]", "market": "spot"})
     if fallback is not None:
         template["fallback_templates"] = ["spare"]
         templates.append(
@@ -48,7 +52,7 @@ def settings(**simulate: Any) -> Settings:
         del templates[1]["fallback_templates"]
     return parse_settings(
         {
-            "providers": [{"name": "aws", "type": "aws", "region": "us-east-1"}],
+            "providers": [{"name": "aws", "type": "aws", "region": "us-east-1", **billing}],
             "templates": templates,
             "policy": {
                 "chain": chain
@@ -80,7 +84,7 @@ def trace(*jobs: TraceJob) -> Trace:
 
 
 def replay(config: Settings, name: str, onprem: int, *jobs: TraceJob) -> tuple[Figures, Replay]:
-    sim = Replay(config, trace(*jobs), strategy(config, name), onprem)
+    sim = replay_of(config, trace(*jobs), strategy(config, name), onprem)
     return sim.run().figures(), sim
 
 
@@ -194,7 +198,10 @@ def test_a_job_bigger_than_on_prem_is_skipped_and_counted() -> None:
 def test_strategy_names_are_checked_before_any_replay() -> None:
     config = settings()
     chosen = strategies(config, ["queue_depth+idle_timeout"], compare=True)
-    assert [s.name for s in chosen] == ["static", "reactive", "bound", "queue_depth+idle_timeout"]
+    assert [s.name for s in chosen] == [
+        *("static", "reactive", "bound", "clairvoyant"),
+        "queue_depth+idle_timeout",
+    ]
     assert chosen[-1].chain[1].options == {"minutes": 10}  # options from the config's chain
     with_options = settings(options={"min_max": {"template": "burst", "min": 2}})
     (warm,) = strategies(with_options, ["queue_depth+min_max"], compare=False)
