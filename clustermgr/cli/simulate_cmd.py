@@ -91,7 +91,7 @@ def simulate(
     from clustermgr.sim.clairvoyant import waste_captured
     from clustermgr.sim.plot import check_target, write_plot
     from clustermgr.sim.strategies import replay_of, strategies
-    from clustermgr.sim.traces import read_trace
+    from clustermgr.sim.traces import read_trace, rejected_by_reason
 
     settings = load_settings(config_file) if config_file else app.settings()
     if seed is not None:
@@ -145,7 +145,15 @@ def simulate(
             }
             for f, _, s in runs
         ]
-        emit_json({**facts, "rejected_first": rejected, "results": results})
+        by_reason = rejected_by_reason(trace.rejected)
+        emit_json(
+            {
+                **facts,
+                "rejected_by_reason": by_reason,
+                "rejected_first": rejected,
+                "results": results,
+            }
+        )
         return
     click.echo(
         f"{trace_path.name} ({trace.format}): {len(trace.jobs):,} jobs, "
@@ -160,7 +168,7 @@ def simulate(
 ROWS: list[tuple[str, str]] = [
     ("jobs completed", "completed"),
     ("never started", "never_started"),
-    ("skipped (fit no on-prem node)", "unrunnable"),
+    ("never run (fits no pool)", "unrunnable"),
     ("jobs run in the cloud", "cloud_jobs"),
     ("paid cloud node-hours", "paid_node_hours"),
     ("cost ($)", "cost"),
@@ -221,7 +229,9 @@ def _show(key: str, value: Any) -> str:
     if value is None:
         return "-"
     if key.startswith("wait_"):
-        return _duration(value)
+        from clustermgr.sim.results import readable_duration
+
+        return readable_duration(value)
     if key.endswith("utilisation"):
         return f"{value:.1%}"
     if key == "cost" or isinstance(value, float):
@@ -229,11 +239,3 @@ def _show(key: str, value: Any) -> str:
     if key in ("paid_per_used", "bounded_slowdown"):
         return f"{value:.3f}"
     return f"{value:,}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"

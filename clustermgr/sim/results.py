@@ -176,3 +176,12 @@ def quantile(ordered: list[float], q: float) -> float:
         return 0.0
     rank = max(0, math.ceil(q * len(ordered)) - 1)
     return ordered[rank]
+
+
+def readable_duration(seconds: float) -> str:
+    """`45 s`, `12.5 min` or `3.2 h`: a wait as a person reads it."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

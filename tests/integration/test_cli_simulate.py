@@ -63,6 +63,7 @@ def test_json_holds_the_figures_and_the_rejected_lines(tmp_path: Path) -> None:
     report = json.loads(done.stdout)
     assert report["jobs"] == 4 and report["onprem_nodes"] == 2
     assert report["rejected_first"] == [{"line": 6, "why": "run time -1 (unknown)"}]
+    assert report["rejected_by_reason"] == {"run time N (unknown)": 1}
     by_name = {r["strategy"]: r for r in report["results"]}
     assert set(by_name) == {"reactive", "clairvoyant", "queue_depth+idle_timeout"}
     # the floor pays each node's boot and hour, no idle tail: 2 * 4200 s

@@ -190,9 +190,29 @@ def test_a_failing_policy_voids_its_cycles(tmp_path: Path) -> None:
     assert starts(sim)["j2"] == 600  # it still runs, on-prem, when j1 is done
 
 
-def test_a_job_bigger_than_on_prem_is_skipped_and_counted() -> None:
-    figures, _ = replay(settings(), "static", 2, job(1, 0, 60, nodes=3), job(2, 0, 60))
+def test_a_job_wider_than_on_prem_bursts_and_static_counts_it_as_never_run() -> None:
+    jobs = (job(1, 0, 60, nodes=3), job(2, 0, 60))
+    figures, _ = replay(settings(), "static", 2, *jobs)
     assert figures.unrunnable == 1 and figures.completed == 1
+    for name in ("reactive", "bound", "clairvoyant", "default"):
+        figures, sim = replay(settings(), name, 2, *jobs)
+        assert figures.unrunnable == 0 and figures.completed == 2, name
+        assert figures.cloud_jobs == 1 and starts(sim)["j1"] == 600, name  # one boot
+    # wider than the cloud template too (20 nodes): it fits nowhere
+    figures, _ = replay(settings(), "reactive", 2, job(1, 0, 60, nodes=21), job(2, 0, 60))
+    assert figures.unrunnable == 1 and figures.completed == 1
+
+
+def test_on_prem_nodes_have_the_traces_processors_per_node() -> None:
+    """An SWF trace read with 4 processors per node: single-processor jobs take a quarter
+    of an on-prem node (not an eighth, the cloud template's 8 CPUs), so four share it."""
+    config = settings()
+    jobs = [job(n, 0, 3600, cpus=1) for n in range(5)]
+    quad = Trace("synthetic", "swf", jobs, [], None, procs_per_node=4)
+    sim = Replay(config, quad, strategy(config, "static"), 1)
+    figures = sim.run().figures()
+    assert sorted(starts(sim).values()) == [0, 0, 0, 0, 3600]
+    assert figures.onprem_utilisation == pytest.approx(5 * 3600 / 4 / 7200)
 
 
 def test_strategy_names_are_checked_before_any_replay() -> None:
