@@ -89,7 +89,7 @@ def simulate(
     """Replay a trace through the real policy chain and the baselines: cost, wait, plots."""
     from clustermgr.config import load_settings
     from clustermgr.sim.clairvoyant import waste_captured
-    from clustermgr.sim.plot import check_target, write_plot
+    from clustermgr.sim.plot import PlotRun, check_target, write_plot
     from clustermgr.sim.strategies import replay_of, strategies
     from clustermgr.sim.traces import read_trace, rejected_by_reason
 
@@ -114,12 +114,16 @@ def simulate(
     if nodes is None:
         nodes = settings.simulate.onprem_nodes or max(job.nodes for job in trace.jobs)
     runs = []
+    drawn = []
     for strategy in chosen:
         started = time.monotonic()
         if sys.stderr.isatty() and not as_json:
             click.echo(f"replaying {len(trace.jobs):,} jobs: {strategy.name} ...", err=True)
         outcome = replay_of(settings, trace, strategy, nodes, scale_time).run()
-        runs.append((outcome.figures(), outcome.timeline, time.monotonic() - started))
+        figures = outcome.figures()
+        runs.append((figures, outcome.timeline, time.monotonic() - started))
+        if plot_path is not None:
+            drawn.append(PlotRun(figures, outcome.timeline, outcome.waits))
     facts = {
         "trace": str(trace_path),
         "format": trace.format,
@@ -129,10 +133,10 @@ def simulate(
         "scale_time": scale_time,
         "seed": settings.simulate.seed,
     }
-    captured = waste_captured({figures.strategy: figures.cost for figures, _, _ in runs})
+    captured = waste_captured({f.strategy: f.cost for f, _, _ in runs})
     if plot_path is not None:
         title = f"{trace_path.name}: {nodes} on-prem nodes, scale-time {scale_time:g}"
-        write_plot(plot_path, title, [(figures, timeline) for figures, timeline, _ in runs])
+        write_plot(plot_path, title, drawn)
     if as_json:
         from clustermgr.cli.output import emit_json
 
