@@ -29,8 +29,8 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 
 from clustermgr.config import Settings
+from clustermgr.core.pricing import BillingRule
 from clustermgr.policy.view import TemplateView
-from clustermgr.pricing import BillingRule
 from clustermgr.sim.model import SimJob
 from clustermgr.sim.replay import ONPREM, Replay, Strategy
 from clustermgr.sim.results import Sample, share

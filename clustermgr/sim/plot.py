@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustermgr.errors import UsageError
+from clustermgr.core.errors import UsageError
 from clustermgr.sim.clairvoyant import waste_captured
 from clustermgr.sim.results import Figures, Sample, quantile, readable_duration
 

@@ -11,7 +11,7 @@
 from __future__ import annotations
 
 from clustermgr.config import PolicyRef, Settings
-from clustermgr.errors import UsageError
+from clustermgr.core.errors import UsageError
 from clustermgr.policy.loader import load_chain
 from clustermgr.sim.clairvoyant import ClairvoyantReplay
 from clustermgr.sim.replay import Replay, Strategy
