@@ -9,9 +9,10 @@ pays it as a policy that knew the future would:
   share a run iff keeping the node through the gap costs less, by the template's billing
   rule, than stopping it and booting again (an exact dynamic programme per node).
 - Each job's market is chosen knowing its run time, where the config has templates of the
-  same shape in another market (a spot and an on-demand template): spot iff its expected
-  cost is lower. A job of `w` nodes running `r` seconds on spot, reclaimed at rate `l` per
-  node, restarts from scratch at each reclaim of any of its nodes: it is paid
+  same shape in another market (a spot and an on-demand template), and on a spot template
+  whose type has an on-demand price (bought on-demand, as `spot_fallback` does): spot iff
+  its expected cost is lower. A job of `w` nodes running `r` seconds on spot, reclaimed at
+  rate `l` per node, restarts from scratch at each reclaim of any of its nodes: it is paid
   `w * (e^(l*w*r) - 1) / (l*w)` node-seconds plus a boot per reclaim (`e^(l*w*r) - 1` of
   them) in expectation. The expected rework is paid and counted as lost; the schedule is
   replayed without reclaims, so a reclaim's delay is not in the waits.
@@ -90,7 +91,12 @@ def market_options(
             for other in templates.values()
             if other.market != view.market and (other.cpus, other.gpus, other.memory_mb) == shape
         ]
-        options[name] = [market(view), *twins]
+        own = market(view)
+        price = view.prices.get(view.instance_types[0]) if view.instance_types else None
+        if view.market == "spot" and price is not None and price.on_demand is not None:
+            # a spot template's type bought on-demand, as spot_fallback relaunches it
+            twins.append(replace(own, market="on-demand", hourly=price.on_demand))
+        options[name] = [own, *twins]
     return options
 
 
