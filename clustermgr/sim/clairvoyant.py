@@ -216,29 +216,29 @@ class ClairvoyantReplay(Replay):
         self.rework: list[tuple[float, float, float]] = []  # (at, node-seconds, $) per spot job
 
     def _end(self, job: SimJob) -> None:
-        if job.pool not in (None, ONPREM) and job.start is not None:
-            assert job.pool is not None
-            choice = cheapest(self.options[job.pool], job.nodes, job.run_s, self.reclaim_per_s)
+        pool = job.pool
+        if pool is not None and pool != ONPREM and job.start is not None:
+            choice = cheapest(self.options[pool], job.nodes, job.run_s, self.reclaim_per_s)
             for node in job.placed:
                 self.spans.setdefault(node.name, []).append(Busy(job.start, self.now, choice))
             extra = rework_node_s(choice, job.nodes, job.run_s, self.reclaim_per_s)
             if extra:
-                extra *= share(job, self._pool(job.pool).shape)
+                extra *= share(job, self._pool(pool).shape)
                 self.rework.append((self.now, extra, choice.hourly * extra / 3600))
         super()._end(job)
 
     def _finish(self) -> None:
         super()._finish()  # reactive's nodes stopped and (reactive's way) paid: redone below
         runs = [run for spans in self.spans.values() for run in optimal_runs(merge(spans))]
-        paid = replace(self.outcome, paid_node_s=0.0, cost=0.0, launches=len(runs))
-        paid._month_cost.clear()
+        paid = self.outcome
+        paid.clear_bill()
+        paid.launches = len(runs)
         for run in runs:
             paid.pay(run.billed_s, run.cost, self.origin + timedelta(seconds=run.stop))
         for at, node_s, cost in self.rework:
             paid.pay(node_s, cost, self.origin + timedelta(seconds=at))
             paid.lost_node_s += node_s
-        paid.timeline = redraw(self.outcome.timeline, runs, self.rework)
-        self.outcome = paid
+        paid.timeline = redraw(paid.timeline, runs, self.rework)
 
 
 def redraw(

@@ -78,6 +78,11 @@ class Outcome:
         key = (when.year, when.month)
         self._month_cost[key] = self._month_cost.get(key, 0.0) + cost
 
+    def clear_bill(self) -> None:
+        """Forget what was paid (a baseline that pays its own way then pays again)."""
+        self.paid_node_s = self.cost = 0.0
+        self._month_cost.clear()
+
     def month_spend(self, now: datetime) -> float:
         return self._month_cost.get((now.year, now.month), 0.0)
 

@@ -15,7 +15,7 @@ from clustermgr.sim.clairvoyant import waste_captured
 from clustermgr.sim.results import Figures
 from clustermgr.sim.strategies import replay_of, strategies, strategy
 from clustermgr.sim.traces import Trace, TraceJob
-from tests.unit.test_simulate import PRICE
+from tests.unit.test_simulate import PRICE, job
 from tests.unit.test_simulate import settings as base_settings
 
 SPOT = PRICE / 4
@@ -23,10 +23,6 @@ SPOT = PRICE / 4
 
 def settings(**simulate: Any) -> Settings:
     return base_settings(spot_reclaim_per_hour=0.05, **simulate)
-
-
-def job(n: int, submit: float, run: float, nodes: int = 1) -> TraceJob:
-    return TraceJob(f"j{n}", submit, nodes, 0, 0, 0, None, run, "", "u")
 
 
 def replay(config: Settings, name: str, *jobs: TraceJob, onprem: int = 1) -> Figures:
@@ -63,6 +59,16 @@ def test_each_gap_is_kept_warm_or_stopped_by_what_it_costs() -> None:
         "bound": pytest.approx((13.5 - 10.8) / (13.5 - 12.3)),  # paying only the work: 225%
         "static": None,
     }
+
+
+def test_jobs_sharing_a_node_keep_it_up_while_either_runs() -> None:
+    """Two pods share a cloud node (4 of its 8 GPUs each): j1 runs 600-4200, j2 1000-4600.
+    The node is needed 600-4600: the floor pays 0-4600, reactive 600 s more idle."""
+    config = settings(gpus=8)
+    pods = (job(1, 0, 3600, cpus=2, gpus=4), job(2, 1000, 3600, cpus=2, gpus=4))
+    floor = replay(config, "clairvoyant", *pods)
+    assert floor.launches == 1 and floor.paid_node_hours * 3600 == pytest.approx(4600)
+    assert replay(config, "reactive", *pods).paid_node_hours * 3600 == pytest.approx(5200)
 
 
 def test_an_hourly_billing_rule_keeps_a_node_through_a_paid_gap() -> None:
