@@ -94,7 +94,7 @@ def _node_panels(subfigure: Any, runs: Sequence[PlotRun], colours: dict[str, str
         days, busy, cloud, _, _, _ = _columns(run.timeline, NODE_POINTS)
         name = run.figures.strategy
         ax.fill_between(days, busy, step="post", color="0.8", lw=0, label="on-prem busy")
-        ax.fill_between(days, cloud, step="post", color=colours[name], alpha=0.75, lw=0)
+        ax.fill_between(days, cloud, step="post", color=colours[name], alpha=0.6, lw=0)
         ax.plot([], [], color=colours[name], lw=4, label="cloud up")
         paid, used = run.figures.paid_node_hours, run.figures.used_node_hours
         title = f"{name}: cloud nodes up; {paid:,.0f} node-h paid for {used:,.0f} used"
