@@ -87,9 +87,9 @@ class AwsClients:
             return self._sts
 
     def _mark_progress(self, client: Any, service: str) -> None:
-        """Each API call is a step of the cycle (clustermgr/progress_marks.py): it names the call
-        when it starts (retries included, so a call hung past its timeouts shows as one
-        step) and counts as progress when it returns."""
+        """Each API call is a step of the cycle (clustermgr/core/progress_marks.py): it names
+        the call when it starts (retries included, so a call hung past its timeouts shows as
+        one step) and counts as progress when it returns."""
         name = self.name
 
         def started(model: Any = None, **_: Any) -> None:

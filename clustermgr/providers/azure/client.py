@@ -136,7 +136,7 @@ class AzureClients:
 
 class ProgressMarks(SansIOHTTPPolicy[Any, Any]):
     """Each ARM call (a long operation's every poll included) is a step of the cycle
-    (clustermgr/progress_marks.py): named when it starts, progress when it is answered."""
+    (clustermgr/core/progress_marks.py): named when it starts, progress when it is answered."""
 
     def __init__(self, provider: str) -> None:
         super().__init__()
