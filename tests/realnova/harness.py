@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.base import LaunchSpec, Provider
 from tests.fakes.openstack_harness import FAST, clouds_yaml_env, fast, settings_for
 from tests.services.openstack import controlplane

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.base import TAG_CLUSTER, TAG_NODE, TAG_REQUEST
 from tests.integration.test_provider_contract import (  # noqa: F401 - collected here too
     check_launch_error_is_typed,
