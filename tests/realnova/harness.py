@@ -52,7 +52,7 @@ class RealNovaHarness:
         from clustermgr.providers.registry import make_provider
 
         settings = settings_for(BAD_CLOUD, controlplane.REGION, name="openstack-bad")
-        return fast(make_provider(settings, self.cluster), TIMING)
+        return fast(make_provider(settings, CLUSTER), TIMING)
 
     def spec(self, node_names: Sequence[str], instance_types: Sequence[str] = ()) -> LaunchSpec:
         return LaunchSpec(
