@@ -41,6 +41,8 @@ SHARED_GROUPS = {
     ),
     "burstlab-default-subnet": ("tests/e2e/test_local_burst.py", "tests/e2e/test_cmsub.py"),
     "munge-key-subnet": ("tests/security/test_munge_key.py",),  # 10.213.191.0/24, cm-mkprobe
+    # one worker runs the real-Nova layer: its control plane is started once per worker
+    "realnova": ("tests/realnova/test_contract.py", "tests/realnova/test_burst.py"),
     "local-harness-subnet": (
         "tests/integration/test_provider_contract.py",
         "tests/integration/test_local_provider.py",
@@ -49,6 +51,7 @@ SHARED_GROUPS = {
 GROUP_OF = {path: group for group, paths in SHARED_GROUPS.items() for path in paths}
 # the slow groups start first, so no long file is left for the end of the run
 SLOW_FIRST = (
+    "realnova",  # minutes to install and bring up: overlaps every other layer
     "cloud-networks",
     "burstlab-default-subnet",
     "tests/e2e/",
@@ -83,7 +86,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         parts = Path(str(item.fspath)).relative_to(REPO).parts
         layer = parts[1] if len(parts) > 1 and parts[0] == "tests" else ""
-        if layer in ("unit", "integration", "e2e", "security"):
+        if layer in ("unit", "integration", "e2e", "security", "realnova"):
             item.add_marker(getattr(pytest.mark, layer))
         if len(parts) > 1 and parts[0] == "tests" and parts[1] == "chaos":
             item.add_marker(pytest.mark.chaos)

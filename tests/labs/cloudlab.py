@@ -443,8 +443,11 @@ class CloudLab:
 
 
 @contextlib.contextmanager
-def cloud_lab(workdir: Path, cloud: str, options: LabOptions | None = None) -> Iterator[CloudLab]:
-    kind = CLOUDS[cloud]
+def cloud_lab(
+    workdir: Path, cloud: str | CloudKind, options: LabOptions | None = None
+) -> Iterator[CloudLab]:
+    """A lab on one of CLOUDS (by name), or on a cloud kind of the caller's (real Nova's)."""
+    kind = CLOUDS[cloud] if isinstance(cloud, str) else cloud
     (workdir / "harness").mkdir()
     fake_options = options.fake if options is not None else {}
     with kind.harness(workdir / "harness", **fake_options) as harness:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tests.labs.slurmlab import free_port
+from tests.services.processes import stop_group
 
 PG_BIN_GLOB = "/usr/lib/postgresql/*/bin"
 START_TIMEOUT_S = 30.0
@@ -151,21 +152,6 @@ def _accepts(server: PrivatePostgres) -> bool:
 def stop(server: PrivatePostgres, keep: bool = False) -> None:
     """Fast shutdown by pid (the postmaster's group: it and its children), then remove its
     directory unless `keep` (a server to `restart`)."""
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(server.pid, signal.SIGINT)
-    deadline = time.monotonic() + 15
-    while time.monotonic() < deadline:
-        try:
-            os.killpg(server.pid, 0)
-        except ProcessLookupError:
-            break
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(server.pid, os.WNOHANG)
-        time.sleep(0.1)
-    else:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(server.pid, signal.SIGKILL)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(server.pid, 0)
+    stop_group(server.pid, signal.SIGINT, 15)
     if not keep:
         shutil.rmtree(server.workdir, ignore_errors=True)
