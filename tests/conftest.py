@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from clustermgr.db.database import Database
 from tests.services import postgres
 from tests.services.postgres import PrivatePostgres
 
@@ -118,6 +119,15 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) 
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'clustermgr.db'}"
+
+
+@pytest.fixture
+def sqlite_db(tmp_path: Path) -> Iterator[Database]:
+    """A migrated SQLite database in the test's directory."""
+    database = Database(f"sqlite:///{tmp_path / 'cm.db'}")
+    database.upgrade()
+    yield database
+    database.dispose()
 
 
 def cannot_run(why: str) -> None:

@@ -33,12 +33,14 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     from clustermgr.cli.output import emit_json
     from clustermgr.cli.paths import config_path
     from clustermgr.config.exposure import exposed_secret_files
+    from clustermgr.imaging.launch_images import check_template_images
     from clustermgr.policy.loader import load_chain
     from clustermgr.runtime.statedir import resolve_owners
 
     settings = app.settings()
     load_chain(list(settings.policy.chain))  # a policy that cannot load: one line, exit 2
     resolve_owners(settings.slurm.user, settings.daemon.admin_group)  # no such account: exit 2
+    check_template_images(settings)  # neither an image definition nor a machine image: exit 2
     path = config_path(app.config_path)
     slots = sum(len(t.node_names) for t in settings.templates)
     chain = [ref.name for ref in settings.policy.chain]

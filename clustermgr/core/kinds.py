@@ -63,6 +63,10 @@ class ProviderKind:
     remote_api: bool = False  # its calls wait on a cloud's API (api_timeout_s applies)
     secret_files: SecretFiles | None = None
     check: SettingsCheck | None = None  # run after the common checks of ProviderSettings
+    # what a template's raw machine-image id of this type looks like (a regular expression,
+    # and the words `config check` says it with); None: any value may be one (a Glance
+    # image name, a local instance type)
+    image_id: tuple[str, str] | None = None
 
     @property
     def own_keys(self) -> frozenset[str]:

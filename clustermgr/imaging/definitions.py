@@ -97,6 +97,7 @@ class ClusterFacts:
 
     boot: BootstrapFacts
     director_address: str  # the region's director (image tree, LDAP replica)
+    revision: str = ""  # the image revision the director serves ("" before any sync)
 
 
 def default_images_dir() -> Path:
@@ -183,6 +184,7 @@ def render(image: LoadedImage, facts: ClusterFacts) -> str:
         "munge_key": facts.boot.munge_key,
         "director_address": facts.director_address,
         "image": definition.name,
+        "revision": facts.revision,
         "director_path": definition.director_path,
         "nfs_mounts": _mounts_yaml(definition.nfs_mounts, facts),
         "bootstrap_b64": base64.b64encode(boot_script.encode()).decode(),

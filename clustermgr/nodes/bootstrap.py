@@ -44,6 +44,10 @@ class BootstrapFacts:
     key_pin: str = ""
     key_token: str = field(default="", repr=False)
 
+    def with_key(self, key: KeyFetch) -> BootstrapFacts:
+        """These facts with a launch request's way to the munge key."""
+        return dataclasses.replace(self, key_url=key.url, key_pin=key.pin, key_token=key.token)
+
 
 def conf_server(settings: Settings) -> str:
     return settings.slurm.conf_server or settings.cluster.head_address
@@ -78,9 +82,7 @@ def render_user_data(
     the munge key."""
     provider = settings.provider(template.provider)
     facts = bootstrap_facts(settings, provider.type, controller_version)
-    if key is not None:
-        facts = dataclasses.replace(facts, key_url=key.url, key_pin=key.pin, key_token=key.token)
-    return render_bootstrap(facts)
+    return render_bootstrap(facts if key is None else facts.with_key(key))
 
 
 @dataclass(frozen=True)

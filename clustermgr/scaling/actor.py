@@ -26,6 +26,7 @@ from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, InstanceRun, Node
 from clustermgr.db.models import ForeignInstance as ForeignRow
 from clustermgr.db.ownership import NODE_LAUNCH, issue
+from clustermgr.imaging.launch_images import ImageUnavailable
 from clustermgr.mungekey import IdentityError
 from clustermgr.nodes.states import NodeState, transition
 from clustermgr.policy.view import TemplateView
@@ -112,6 +113,8 @@ class Actor:
             spec = self.specs(order)
         except IdentityError as exc:  # no key server certificate: no node could join
             return self._fail_all(outcome, LaunchError(ErrorKind.OTHER, "MungeKey", str(exc)))
+        except ImageUnavailable as exc:  # the template's image is not in its region yet
+            return self._fail_all(outcome, LaunchError(ErrorKind.OTHER, "MachineImage", str(exc)))
         try:
             result = provider.launch(spec, len(order.nodes), order.request_id)
         except ProviderError as exc:

@@ -20,6 +20,7 @@ from clustermgr.core import progress_marks
 from clustermgr.core.errors import ClusterMgrError, ProviderError, WorkloadError
 from clustermgr.db.database import Database
 from clustermgr.directors.gate import read_gate
+from clustermgr.imaging.launch_images import region_images
 from clustermgr.policy.chain import PolicyRunner
 from clustermgr.policy.loader import load_chain
 from clustermgr.policy.view import ClusterView
@@ -227,7 +228,12 @@ class Engine:
             self.workload,
             self._reachable(report),
             self.clock,
-            LaunchSpecs(self.settings, self.clock, snapshot.controller_version),
+            LaunchSpecs(
+                self.settings,
+                self.clock,
+                snapshot.controller_version,
+                region_images(self.db, self.settings),
+            ),
             self.actor_name,
             slurm_nodes=snapshot.workload.nodes,
         )

@@ -1,16 +1,22 @@
 """What a launch asks a cloud for: the template's settings, the user-data with slurmctld's
 version (from the cycle's snapshot) and a one-time munge-key token for the request.
 
+A template whose `image` names an image definition boots that image's machine image in its
+region with the image's user-data rendered for the region (`images`: the cycle's
+`clustermgr.imaging.launch_images.region_images`); any other template boots its `image` as
+a raw machine-image id with the plain boot script.
+
 Built by the engine from the configuration and handed to the actor, so act reads nothing
 but the view and the plan (the token is a secret: it lives only in the user-data).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from clustermgr.config import Settings
+from clustermgr.imaging.launch_images import RegionImage, launch_image, launch_user_data
 from clustermgr.mungekey import launch_key_fetch
 from clustermgr.nodes.bootstrap import KeyFetch, render_user_data
 from clustermgr.providers.base import LaunchSpec
@@ -19,27 +25,41 @@ from clustermgr.scaling.clamp import LaunchOrder
 
 class LaunchSpecs:
     def __init__(
-        self, settings: Settings, clock: Callable[[], datetime], controller_version: str = ""
+        self,
+        settings: Settings,
+        clock: Callable[[], datetime],
+        controller_version: str = "",
+        images: Mapping[str, RegionImage] | None = None,
     ):
         self.settings = settings
         self.clock = clock
         self.controller_version = controller_version
+        self.images = images or {}
 
     def __call__(self, order: LaunchOrder) -> LaunchSpec:
+        """ImageUnavailable when the template's image is not in its region yet."""
         template = self.settings.template(order.template)
+        found = self.images.get(template.name)
+        image = template.image if found is None else launch_image(found)
+        key = self.key_fetch(order)
+        if found is None:
+            user_data = render_user_data(self.settings, template, self.controller_version, key)
+        else:
+            provider_type = self.settings.provider(template.provider).type
+            user_data = launch_user_data(
+                self.settings, found, provider_type, self.controller_version, key
+            )
         return LaunchSpec(
             template=template.name,
             instance_types=tuple(template.instance_types),
-            image=template.image,
+            image=image,
             node_names=order.nodes,
             zones=tuple(template.zones),
             subnets=tuple(template.subnets),
             security_groups=tuple(template.security_groups),
             market="spot" if order.market == "spot" else "on-demand",
             max_spot_price=template.max_spot_price,
-            user_data=render_user_data(
-                self.settings, template, self.controller_version, self.key_fetch(order)
-            ),
+            user_data=user_data,
             tags={},
             instance_profile=template.instance_profile,
             placement_group=template.placement_group,

@@ -40,4 +40,5 @@ KIND = ProviderKind(
     extra="aws",
     remote_api=True,
     secret_files=secret_files,
+    image_id=(r"^(ami-[0-9A-Za-z]+|resolve:ssm:\S+)$", "ami-... or resolve:ssm:PARAMETER"),
 )

@@ -28,4 +28,8 @@ KIND = ProviderKind(
     sdk_loggers=("azure",),
     extra="azure",
     remote_api=True,
+    image_id=(
+        r"^([^:/\s]+:[^:/\s]+:[^:/\s]+:[^:/\s]+|/subscriptions/\S+)$",
+        "publisher:offer:sku:version, a managed image id or a gallery image version id",
+    ),
 )
