@@ -37,21 +37,37 @@ def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list
         accounted.update(refused)
     refused_templates = {r.template: r.reason for r in plan.refusals if not r.jobs}
     fits: dict[JobShape, tuple[list[TemplateView], str]] = {}
+    # a fitting job's fate follows from its shape, its Slurm reason and comment, unless a
+    # policy held it: decided once per such kind of job, not once per job
+    fates: dict[tuple[JobShape, str, str], tuple[str, str]] = {}
+    held = decision.held
     for job in view.pending:
         if job.job_id in accounted:
             continue
         shape = job_shape(job)
-        if shape not in fits:
-            fits[shape] = fitting(job, view)
-        templates, why = fits[shape]
+        fit = fits.get(shape)
+        if fit is None:
+            fit = fits[shape] = fitting(job, view)
+        templates, why = fit
         if not templates and not why:
             key = ("other", f"no template serves partition {job.partition}: Slurm's own nodes")
-        else:
+        elif not templates or (held and job.job_id in held):
             key = fate(job, templates, why, decision, refused_templates)
+        else:
+            kind = (shape, job.reason, job.comment)
+            known = fates.get(kind)
+            if known is None:
+                known = fates[kind] = fate(job, templates, why, decision, refused_templates)
+            key = known
         groups.setdefault(key, []).append(job.job_id)
     arrays = {job.job_id: job.array_tasks for job in view.pending if job.array_tasks > 1}
     return [
-        JobFate(status, reason, tuple(jobs), sum(arrays.get(job, 1) for job in jobs))
+        JobFate(
+            status,
+            reason,
+            tuple(jobs),
+            sum(arrays.get(job, 1) for job in jobs) if arrays else len(jobs),
+        )
         for (status, reason), jobs in groups.items()
         if jobs
     ]

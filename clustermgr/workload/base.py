@@ -106,6 +106,11 @@ class PendingJob:
     requeue: bool = True
     gpus_per_task: int = 0  # --gpus-per-task: each of `tasks` tasks needs this many on one node
     comment: str = ""  # the job's comment (`squeue -o %k`): cm-scale's verdict, or the user's
+    # policy.fit.job_shape's memo: a queue is read by several policies and the accounting
+    # every cycle, and a simulated job's record lives through many cycles
+    shape_memo: tuple[object, ...] | None = field(
+        default=None, init=False, repr=False, compare=False
+    )
 
     @property
     def gpus_total(self) -> int:
