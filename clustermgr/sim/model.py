@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from itertools import islice
 
-from clustermgr.lifecycle import NodeState
+from clustermgr.nodes.states import NodeState
 from clustermgr.workload.base import PendingJob, RunningJob
 
 Need = tuple[int, int, int]  # cpus, gpus, memory_mb on one node
