@@ -52,13 +52,17 @@ class QueueDepth:
         reasons = ReasonMemo()
         # submitted after this: younger than min_pending_s (a job with no submit time is 0 s old)
         young = view.now - timedelta(seconds=self.min_pending_s)
-        for job in view.pending:
-            if (held and job.job_id in held) or not reasons.lacks_resources(job):
+        known, no_submit_too_young = reasons.known, self.min_pending_s > 0
+        for job in view.pending:  # the hot loop of a long queue: lookups, no calls
+            if held and job.job_id in held:
+                continue
+            lacking = known.get(job.reason)
+            if not (reasons.lacks_resources(job) if lacking is None else lacking):
                 continue
             submitted = job.submit_time
-            if (submitted > young) if submitted is not None else self.min_pending_s > 0:
+            if (submitted > young) if submitted is not None else no_submit_too_young:
                 continue
-            shape = job_shape(job)
+            shape = job.shape_memo or job_shape(job)
             choice = choices.get(shape)
             if choice is None:
                 choice = choices[shape] = self.choose_counted(job, view)

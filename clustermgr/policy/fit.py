@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from clustermgr.core.reasons import HOLD_PREFIX
 from clustermgr.policy.view import TemplateView
+from clustermgr.workload.base import JobShape as JobShape  # re-exported: policies read it here
 from clustermgr.workload.base import PendingJob
 
 # Pending reasons that mean "not enough nodes" (Slurm's own reason strings).
@@ -46,18 +47,15 @@ class ReasonMemo:
     so it is judged each time."""
 
     def __init__(self) -> None:
-        self._lacks: dict[str, bool] = {}
+        self.known: dict[str, bool] = {}  # reason -> lacks resources (a hot loop reads it)
 
     def lacks_resources(self, job: PendingJob) -> bool:
-        known = self._lacks.get(job.reason)
+        known = self.known.get(job.reason)
         if known is None:
             known = lacks_resources(job)
             if job.reason != "None":
-                self._lacks[job.reason] = known
+                self.known[job.reason] = known
         return known
-
-
-JobShape = tuple[str, int, int, int, int, int, int, int, str | None, tuple[str, ...]]
 
 
 def job_shape(job: PendingJob) -> JobShape:
@@ -65,7 +63,7 @@ def job_shape(job: PendingJob) -> JobShape:
     100,000 jobs needs the fit decided once per shape, not once per job. Worked out once
     per job record (the fields it reads are never changed on a record)."""
     if job.shape_memo is not None:
-        return job.shape_memo  # type: ignore[return-value]  # set below, a JobShape
+        return job.shape_memo
     job.shape_memo = shape = (
         job.partition,
         job.nodes,

@@ -38,13 +38,13 @@ def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list
     refused_templates = {r.template: r.reason for r in plan.refusals if not r.jobs}
     fits: dict[JobShape, tuple[list[TemplateView], str]] = {}
     # a fitting job's fate follows from its shape, its Slurm reason and comment, unless a
-    # policy held it: decided once per such kind of job, not once per job
-    fates: dict[tuple[JobShape, str, str], tuple[str, str]] = {}
+    # policy held it: decided once per such kind of job (its group found once), not per job
+    kinds: dict[tuple[JobShape, str, str], list[str]] = {}
     held = decision.held
     for job in view.pending:
         if job.job_id in accounted:
             continue
-        shape = job_shape(job)
+        shape = job.shape_memo or job_shape(job)
         fit = fits.get(shape)
         if fit is None:
             fit = fits[shape] = fitting(job, view)
@@ -55,10 +55,12 @@ def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list
             key = fate(job, templates, why, decision, refused_templates)
         else:
             kind = (shape, job.reason, job.comment)
-            known = fates.get(kind)
-            if known is None:
-                known = fates[kind] = fate(job, templates, why, decision, refused_templates)
-            key = known
+            group = kinds.get(kind)
+            if group is None:
+                key = fate(job, templates, why, decision, refused_templates)
+                group = kinds[kind] = groups.setdefault(key, [])
+            group.append(job.job_id)
+            continue
         groups.setdefault(key, []).append(job.job_id)
     arrays = {job.job_id: job.array_tasks for job in view.pending if job.array_tasks > 1}
     return [
