@@ -87,15 +87,22 @@ def backfill(
         return everything - sum(1 for node in reserved if node.empty)
 
     spare = {pool.name: unreserved(pool) for pool in pools}
+    avoid_reserved = frozenset(reserved)
     # the largest free room on any one node of each pool (and away from the reservation):
-    # a shared-node job bigger than that cannot start, whatever the node
-    holes = {pool.name: hole(pool, frozenset(), room) for pool in pools}
-    spare_holes = {pool.name: hole(pool, frozenset(reserved), room) for pool in pools}
+    # a shared-node job bigger than that cannot start, whatever the node; worked out when
+    # a shared-node job first asks, again after a start
+    holes: dict[tuple[str, bool], Need] = {}
+
+    def largest_hole(pool: Pool, ends_in_time: bool) -> Need:
+        key = (pool.name, ends_in_time)
+        if key not in holes:
+            holes[key] = hole(pool, frozenset() if ends_in_time else avoid_reserved, room)
+        return holes[key]
+
     # Whether a job can start depends only on its shape and on whether it ends before the
     # shadow, and nothing frees up during a backfill pass: a shape that found no nodes
     # finds none again until the next start changes the nodes (a queue is mostly repeats)
     no_room: set[tuple[int, int, int, int, bool]] = set()
-    avoid_reserved = frozenset(reserved)
     for job in candidates:
         ends_in_time = now + job.estimate_s <= shadow
         tried = (job.nodes, job.cpus, job.gpus, job.memory_mb, ends_in_time)
@@ -107,8 +114,8 @@ def backfill(
             if not any(job.nodes <= count for count in room_for.values()):
                 continue
         else:
-            sizes = holes if ends_in_time else spare_holes
-            if not any(fits_in(job.need_on(p.shape), sizes[p.name]) for p in pools):
+            need = job.need_on
+            if not any(fits_in(need(p.shape), largest_hole(p, ends_in_time)) for p in pools):
                 continue
         avoid = frozenset() if ends_in_time else avoid_reserved
         for pool in pools:
@@ -119,8 +126,7 @@ def backfill(
                 no_room.clear()
                 empty[pool.name] = empty_now(pool, room)
                 spare[pool.name] = unreserved(pool)
-                holes[pool.name] = hole(pool, frozenset(), room)
-                spare_holes[pool.name] = hole(pool, avoid_reserved, room)
+                holes.clear()
                 break
     return shadow
 
