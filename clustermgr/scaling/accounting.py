@@ -4,8 +4,9 @@ nodes named), waiting (for nodes already up or coming, or for Slurm's own reason
 held, or other (no template serves its partition: Slurm's own nodes run it). A pending
 array counts its tasks.
 
-Queues hold 100,000 jobs: the fit is decided once per job shape, and jobs are grouped by
-(status, reason) so `policy dry-run` prints a line per group, not per job.
+Queues hold 100,000 jobs: the fit is decided once per job shape, a fate once per (shape,
+Slurm reason, comment) unless a policy held the job, and jobs are grouped by (status,
+reason) so `policy dry-run` prints a line per group, not per job.
 """
 
 from __future__ import annotations
