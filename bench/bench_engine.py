@@ -109,6 +109,9 @@ def compare(ref: str, runs: int, quick: bool) -> None:
         fail(f"git archive {ref}: {archive.stderr.decode().strip()[-300:]}")
     with tempfile.TemporaryDirectory() as tmp:
         subprocess.run(["tar", "-x", "-C", tmp], input=archive.stdout, timeout=120, check=True)
+        # the editable install maps clustermgr.policies to this tree's policies/; as a
+        # subpackage of the archived clustermgr the ref's own policies come first
+        (Path(tmp) / "policies").rename(Path(tmp) / "clustermgr" / "policies")
         sides = {"before": Path(tmp) / "bench" / "bench_engine.py", "after": Path(__file__)}
         totals: dict[str, list[float]] = {side: [] for side in sides}
         for _ in range(runs):

@@ -1,7 +1,10 @@
 """Replay time of `clustermgr simulate`: the KTH-SP2 trace (28k jobs, budget 30 s) and the
-METACENTRUM trace (100k jobs, budget 2 minutes), every strategy, on the shipped
-etc/simulate/cpu-cluster.toml. Prints seconds per strategy and the figures it replayed.
-Traces are read in place from ../shared/data/traces (or --traces DIR).
+METACENTRUM trace (100k jobs, budget 2 minutes for every baseline plus the default chain),
+every strategy, on the shipped etc/simulate/cpu-cluster.toml. Prints seconds per strategy,
+the total per trace and the figures it replayed. Traces are read in place from
+../shared/data/traces (or --traces DIR); `--trace NAME` replays only that one.
+`--cap N`: every provider's max_instances = N (a capped cloud pool: a long queue that the
+decide step and the backfill pass walk every cycle; issue 25 measured METACENTRUM at 8).
 `--quick`: a synthetic 2,000-job trace (the smoke test); no figure is asserted.
 """
 
@@ -10,11 +13,12 @@ from __future__ import annotations
 import random
 import tempfile
 import time
+import tomllib
 from pathlib import Path
 
 from _common import REPO, fail, parser
 
-from clustermgr.config import load_settings
+from clustermgr.config import Settings, parse_settings
 from clustermgr.sim.strategies import replay_of, strategies
 from clustermgr.sim.traces import read_trace
 
@@ -38,34 +42,52 @@ def synthetic(path: Path, jobs: int) -> Path:
     return path
 
 
-def replay_all(trace_path: Path, onprem: int, procs_per_node: int = 1) -> None:
-    settings = load_settings(CONFIG)
+def settings_capped(cap: int | None) -> Settings:
+    raw = tomllib.loads(CONFIG.read_text())
+    if cap is not None:
+        for provider in raw["providers"]:
+            provider["max_instances"] = cap
+    return parse_settings(raw)
+
+
+def replay_all(trace_path: Path, onprem: int, procs_per_node: int, cap: int | None) -> None:
+    settings = settings_capped(cap)
     trace = read_trace(trace_path, procs_per_node=procs_per_node)
-    print(f"{trace_path.name}: {len(trace.jobs):,} jobs, {onprem} on-prem nodes")
+    capped = f", cloud capped at {cap} instances" if cap is not None else ""
+    print(f"{trace_path.name}: {len(trace.jobs):,} jobs, {onprem} on-prem nodes{capped}")
+    total = 0.0
     for strategy in strategies(settings, [], compare=True):
         started = time.perf_counter()
         figures = replay_of(settings, trace, strategy, onprem).run().figures()
         took = time.perf_counter() - started
+        total += took
         wait_min = figures.wait_mean_s / 60
         print(
             f"  {strategy.name:<11} {took:6.1f} s   cost ${figures.cost:>12,.0f}   "
             f"paid/used {figures.paid_per_used or 0:5.3f}   mean wait {wait_min:8.1f} min"
         )
+    print(f"  {'all':<11} {total:6.1f} s")
 
 
 def main() -> None:
     args = parser(__doc__)
     args.add_argument("--traces", type=Path, default=REPO.parent / "shared" / "data" / "traces")
+    args.add_argument("--trace", choices=sorted(TRACES), help="replay only this trace")
+    args.add_argument("--cap", type=int, help="every provider's max_instances (a capped pool)")
     options = args.parse_args()
+    if options.cap is not None and options.cap < 0:
+        fail(f"--cap {options.cap}: give a number of instances, 0 or more")
     if options.quick:
         with tempfile.TemporaryDirectory() as scratch:
-            replay_all(synthetic(Path(scratch) / "synthetic.swf", 2000), 16)
+            replay_all(synthetic(Path(scratch) / "synthetic.swf", 2000), 16, 1, options.cap)
         return
     for name, (onprem, procs_per_node) in TRACES.items():
+        if options.trace not in (None, name):
+            continue
         path = options.traces / name
         if not path.exists():
             fail(f"{path}: no such trace (pass --traces DIR)")
-        replay_all(path, onprem, procs_per_node)
+        replay_all(path, onprem, procs_per_node, options.cap)
 
 
 if __name__ == "__main__":

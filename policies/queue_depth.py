@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from dataclasses import replace
+from datetime import timedelta
 
 from clustermgr.policy import (
     ClusterView,
@@ -12,11 +13,12 @@ from clustermgr.policy import (
     Launch,
     NodeState,
     PendingJob,
+    ReasonMemo,
     ScaleDecision,
     TemplateView,
+    copies_per_node,
     job_shape,
-    lacks_resources,
-    nodes_for,
+    nodes_on,
     serving_templates,
     why_not,
 )
@@ -44,21 +46,32 @@ class QueueDepth:
         slots: dict[str, float] = defaultdict(float)
         jobs: dict[str, list[str]] = defaultdict(list)
         unfit: dict[str, str] = {}
-        choices: dict[JobShape, tuple[TemplateView | None, str]] = {}
-        for job in view.pending:
-            if job.job_id in decision.held or not lacks_resources(job):
+        # many jobs share a shape: decide the fit once, with the nodes a task takes
+        choices: dict[JobShape, tuple[TemplateView | None, str, int, int]] = {}
+        held = decision.held
+        reasons = ReasonMemo()
+        # submitted after this: younger than min_pending_s (a job with no submit time is 0 s old)
+        young = view.now - timedelta(seconds=self.min_pending_s)
+        known, no_submit_too_young = reasons.known, self.min_pending_s > 0
+        for job in view.pending:  # the hot loop of a long queue: lookups, no calls
+            if held and job.job_id in held:
                 continue
-            if view.pending_age(job).total_seconds() < self.min_pending_s:
+            lacking = known.get(job.reason)
+            if not (reasons.lacks_resources(job) if lacking is None else lacking):
                 continue
-            shape = job_shape(job)
-            if shape not in choices:  # many jobs share a shape: decide the fit once
-                choices[shape] = self.choose(job, view)
-            template, why = choices[shape]
+            submitted = job.submit_time
+            if (submitted > young) if submitted is not None else no_submit_too_young:
+                continue
+            shape = job.shape_memo or job_shape(job)
+            choice = choices.get(shape)
+            if choice is None:
+                choice = choices[shape] = self.choose_counted(job, view)
+            template, why, nodes, copies = choice
             if why:
                 unfit[job.job_id] = why
             if template is None:
                 continue
-            slots[template.name] += nodes_for(job, template)
+            slots[template.name] += nodes * job.array_tasks / copies  # as nodes_for counts
             jobs[template.name].append(job.job_id)
         launches = []
         for name, needed in sorted(slots.items()):
@@ -76,6 +89,16 @@ class QueueDepth:
                     )
                 )
         return replace(decision.add(*launches), unfit={**decision.unfit, **unfit})
+
+    @staticmethod
+    def choose_counted(
+        job: PendingJob, view: ClusterView
+    ) -> tuple[TemplateView | None, str, int, int]:
+        """`choose`, with the nodes a task of the job takes there and how many share one."""
+        template, why = QueueDepth.choose(job, view)
+        if template is None:
+            return None, why, 0, 1
+        return template, why, nodes_on(job, template), copies_per_node(job, template)
 
     @staticmethod
     def choose(job: PendingJob, view: ClusterView) -> tuple[TemplateView | None, str]:

@@ -14,6 +14,7 @@ from clustermgr.policy.base import Policy
 from clustermgr.policy.decision import Launch, MarketChoice, Refusal, ScaleDecision, Stop
 from clustermgr.policy.fit import (
     JobShape,
+    ReasonMemo,
     copies_per_node,
     job_shape,
     lacks_resources,
@@ -38,6 +39,7 @@ __all__ = [
     "PendingJob",
     "Policy",
     "Price",
+    "ReasonMemo",
     "Refusal",
     "RunningJob",
     "ScaleDecision",

@@ -8,6 +8,7 @@ from collections.abc import Mapping
 
 from clustermgr.core.reasons import HOLD_PREFIX
 from clustermgr.policy.view import TemplateView
+from clustermgr.workload.base import JobShape as JobShape  # re-exported: policies read it here
 from clustermgr.workload.base import PendingJob
 
 # Pending reasons that mean "not enough nodes" (Slurm's own reason strings).
@@ -40,13 +41,30 @@ def lacks_resources(job: PendingJob) -> bool:
 RESOURCE_PREFIXES = tuple(sorted(RESOURCE_REASONS))
 
 
-JobShape = tuple[str, int, int, int, int, int, int, int, str | None, tuple[str, ...]]
+class ReasonMemo:
+    """`lacks_resources` over a whole queue, judged once per pending reason (a queue of
+    100,000 jobs holds a handful of reasons); a reason of None depends on the job's comment,
+    so it is judged each time."""
+
+    def __init__(self) -> None:
+        self.known: dict[str, bool] = {}  # reason -> lacks resources (a hot loop reads it)
+
+    def lacks_resources(self, job: PendingJob) -> bool:
+        known = self.known.get(job.reason)
+        if known is None:
+            known = lacks_resources(job)
+            if job.reason != "None":
+                self.known[job.reason] = known
+        return known
 
 
 def job_shape(job: PendingJob) -> JobShape:
     """What decides a job's fit: jobs of one shape fit the same templates, so a queue of
-    100,000 jobs needs the fit decided once per shape, not once per job."""
-    return (
+    100,000 jobs needs the fit decided once per shape, not once per job. Worked out once
+    per job record (the fields it reads are never changed on a record)."""
+    if job.shape_memo is not None:
+        return job.shape_memo
+    job.shape_memo = shape = (
         job.partition,
         job.nodes,
         job.cpus_per_node,
@@ -58,6 +76,7 @@ def job_shape(job: PendingJob) -> JobShape:
         job.gpu_model,
         job.features,
     )
+    return shape
 
 
 def required_features(constraint: tuple[str, ...]) -> set[str]:

@@ -4,8 +4,9 @@ nodes named), waiting (for nodes already up or coming, or for Slurm's own reason
 held, or other (no template serves its partition: Slurm's own nodes run it). A pending
 array counts its tasks.
 
-Queues hold 100,000 jobs: the fit is decided once per job shape, and jobs are grouped by
-(status, reason) so `policy dry-run` prints a line per group, not per job.
+Queues hold 100,000 jobs: the fit is decided once per job shape, a fate once per (shape,
+Slurm reason, comment) unless a policy held the job, and jobs are grouped by (status,
+reason) so `policy dry-run` prints a line per group, not per job.
 """
 
 from __future__ import annotations
@@ -37,21 +38,39 @@ def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list
         accounted.update(refused)
     refused_templates = {r.template: r.reason for r in plan.refusals if not r.jobs}
     fits: dict[JobShape, tuple[list[TemplateView], str]] = {}
+    # a fitting job's fate follows from its shape, its Slurm reason and comment, unless a
+    # policy held it: decided once per such kind of job (its group found once), not per job
+    kinds: dict[tuple[JobShape, str, str], list[str]] = {}
+    held = decision.held
     for job in view.pending:
         if job.job_id in accounted:
             continue
-        shape = job_shape(job)
-        if shape not in fits:
-            fits[shape] = fitting(job, view)
-        templates, why = fits[shape]
+        shape = job.shape_memo or job_shape(job)
+        fit = fits.get(shape)
+        if fit is None:
+            fit = fits[shape] = fitting(job, view)
+        templates, why = fit
         if not templates and not why:
             key = ("other", f"no template serves partition {job.partition}: Slurm's own nodes")
-        else:
+        elif not templates or (held and job.job_id in held):
             key = fate(job, templates, why, decision, refused_templates)
+        else:
+            kind = (shape, job.reason, job.comment)
+            group = kinds.get(kind)
+            if group is None:
+                key = fate(job, templates, why, decision, refused_templates)
+                group = kinds[kind] = groups.setdefault(key, [])
+            group.append(job.job_id)
+            continue
         groups.setdefault(key, []).append(job.job_id)
     arrays = {job.job_id: job.array_tasks for job in view.pending if job.array_tasks > 1}
     return [
-        JobFate(status, reason, tuple(jobs), sum(arrays.get(job, 1) for job in jobs))
+        JobFate(
+            status,
+            reason,
+            tuple(jobs),
+            sum(arrays.get(job, 1) for job in jobs) if arrays else len(jobs),
+        )
         for (status, reason), jobs in groups.items()
         if jobs
     ]

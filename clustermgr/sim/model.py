@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
+from itertools import islice
 
 from clustermgr.nodes.states import NodeState
 from clustermgr.workload.base import PendingJob, RunningJob
@@ -182,7 +183,7 @@ class Pool:
             return float("inf"), set()
         fitting = {n for n, left in free.items() if fits(left)}
         if len(fitting) + dormant >= job.nodes:
-            spare = list(self.dormant())[: max(0, job.nodes - len(fitting))] if dormant else []
+            spare = list(islice(self.dormant(), max(0, job.nodes - len(fitting))))
             return now, set(sorted(fitting, key=lambda n: n.name)[: job.nodes]) | set(spare)
         for finished in sorted(
             self.running.values(), key=lambda j: (j.start or now) + j.estimate_s

@@ -39,7 +39,7 @@ from clustermgr.scaling.observe import NodeRecord, template_views
 from clustermgr.scaling.projection import node_view
 from clustermgr.sim.model import Pool, Shape, SimJob, SimNode, occupy, release
 from clustermgr.sim.results import Outcome, Sample, share
-from clustermgr.sim.scheduler import estimated_starts, schedule
+from clustermgr.sim.scheduler import Timeline, estimated_starts, release_timeline, schedule
 from clustermgr.sim.traces import Trace
 from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
 
@@ -102,6 +102,8 @@ class Replay:
         self._provider_active: dict[str, int] = {}
         self._active: dict[SimNode, None] = {}  # launched cloud nodes, in launch order
         self._requested: dict[int, SimJob] = {}  # jobs on slots Slurm asked to resume
+        self._marked: list[SimJob] = []  # queued jobs whose reason or estimate a view set
+        self._timeline: Timeline | None = None  # free node shares now and as jobs end
         self._open_rate = self._open_offset = 0.0  # $/s of the nodes up, and its offset
         self.jobs = self._jobs(trace, scale_time)
 
@@ -325,6 +327,7 @@ class Replay:
         self._running[job.index] = RunningJob(job.job_id, tuple(n.name for n in nodes), limit)
         for node in nodes:
             node.jobs_end = max(node.jobs_end or 0.0, estimated_end)
+        self._dirty.update(nodes)  # their jobs' ends changed
         self._push(job.start + job.run_s, END, job, job.generation)
 
     def _room(self, pool: Pool) -> int:
@@ -498,6 +501,8 @@ class Replay:
         return failed
 
     def _view(self, shadow: float | None) -> ClusterView:
+        if self._dirty or self._timeline is None:  # the running jobs changed with the nodes
+            self._timeline = release_timeline(self.pools, self.now)
         for node in self._dirty:
             view = self._views[node.name] = self._node_view(node)
             if view.kind == "cloud":
@@ -508,10 +513,15 @@ class Replay:
                 self._index.setdefault(key, {})[node.name] = view
         self._dirty.clear()
         now = self.origin + timedelta(seconds=self.now)
-        for position, job in enumerate(self.queue):
-            job.pending.reason = "Resources" if position == 0 else "Priority"
+        # every queued job reads "Priority" with no start estimate but the head ("Resources")
+        # and the first ESTIMATED_JOBS: only the jobs marked last cycle need resetting
+        for job in self._marked:
+            job.pending.reason = "Priority"
             job.pending.estimated_start = None
-        starts = estimated_starts(self.queue, self.pools, self.now, ESTIMATED_JOBS)
+        self._marked = self.queue[:ESTIMATED_JOBS]
+        if self.queue:
+            self.queue[0].pending.reason = "Resources"
+        starts = estimated_starts(self.queue, self.pools, self.now, ESTIMATED_JOBS, self._timeline)
         if starts and shadow is not None:
             starts[0] = shadow  # the head's EASY reservation is the better estimate
         for job, start in zip(self.queue, starts, strict=False):

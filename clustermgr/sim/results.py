@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
+from functools import cache
 from typing import Any
 
 from clustermgr.sim.model import Shape, SimJob
@@ -165,13 +166,18 @@ class Figures:
 
 def share(job: SimJob, shape: Shape) -> float:
     """The job's dominant share of one node (1.0 for a whole-node job)."""
-    if job.cpus == 0:
+    return share_of(job.cpus, job.gpus, job.memory_mb, shape)
+
+
+@cache  # asked for every queued and running job each cycle; a trace has few job sizes
+def share_of(cpus: int, gpus: int, memory_mb: int, shape: Shape) -> float:
+    if cpus == 0:
         return 1.0
-    parts = [job.cpus / shape.cpus]
+    parts = [cpus / shape.cpus]
     if shape.gpus:
-        parts.append(job.gpus / shape.gpus)
+        parts.append(gpus / shape.gpus)
     if shape.memory_mb:
-        parts.append(job.memory_mb / shape.memory_mb)
+        parts.append(memory_mb / shape.memory_mb)
     return min(1.0, max(parts))
 
 

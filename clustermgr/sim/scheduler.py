@@ -68,7 +68,9 @@ def backfill(
 ) -> float | None:
     """EASY: start later jobs that do not delay the head's reservation. Returns the shadow
     time, or None when nothing could backfill (then no reservation was worked out)."""
-    empty = {pool.name: pool.empty_usable(pool.resumable) for pool in pools}
+    # empty nodes a job could take now: powered-down ones only as far as the instance cap
+    # leaves room (a capped cloud pool has hundreds that no job may resume)
+    empty = {pool.name: empty_now(pool, room) for pool in pools}
     candidates = queue[head_index + 1 : head_index + 1 + depth]
     if not candidates:
         return None
@@ -78,42 +80,70 @@ def backfill(
     shadow, reserved_pool, reserved = earliest(queue[head_index], pools, now)
 
     def unreserved(pool: Pool) -> int:
+        # counted without the cap: the reservation may hold powered-down nodes too
+        everything = pool.empty_usable(pool.resumable)
         if pool is not reserved_pool:
-            return empty[pool.name]
-        return empty[pool.name] - sum(1 for node in reserved if node.empty)
+            return everything
+        return everything - sum(1 for node in reserved if node.empty)
 
     spare = {pool.name: unreserved(pool) for pool in pools}
+    avoid_reserved = frozenset(reserved)
     # the largest free room on any one node of each pool (and away from the reservation):
-    # a shared-node job bigger than that cannot start, whatever the node
-    holes = {pool.name: hole(pool, frozenset()) for pool in pools}
-    spare_holes = {pool.name: hole(pool, frozenset(reserved)) for pool in pools}
+    # a shared-node job bigger than that cannot start, whatever the node; worked out when
+    # a shared-node job first asks, again after a start
+    holes: dict[tuple[str, bool], Need] = {}
+
+    def largest_hole(pool: Pool, ends_in_time: bool) -> Need:
+        key = (pool.name, ends_in_time)
+        if key not in holes:
+            holes[key] = hole(pool, frozenset() if ends_in_time else avoid_reserved, room)
+        return holes[key]
+
+    # Whether a job can start depends only on its shape and on whether it ends before the
+    # shadow, and nothing frees up during a backfill pass: a shape that found no nodes
+    # finds none again until the next start changes the nodes (a queue is mostly repeats)
+    no_room: set[tuple[int, int, int, int, bool]] = set()
     for job in candidates:
         ends_in_time = now + job.estimate_s <= shadow
+        tried = (job.nodes, job.cpus, job.gpus, job.memory_mb, ends_in_time)
+        if tried in no_room:
+            continue
+        no_room.add(tried)
         if job.cpus == 0:  # whole nodes: the counts say at once whether it can start
             room_for = empty if ends_in_time else spare
             if not any(job.nodes <= count for count in room_for.values()):
                 continue
         else:
-            sizes = holes if ends_in_time else spare_holes
-            if not any(fits_in(job.need_on(p.shape), sizes[p.name]) for p in pools):
+            need = job.need_on
+            if not any(fits_in(need(p.shape), largest_hole(p, ends_in_time)) for p in pools):
                 continue
-        avoid = frozenset() if ends_in_time else frozenset(reserved)
+        avoid = frozenset() if ends_in_time else avoid_reserved
         for pool in pools:
             nodes = pick_in(job, pool, avoid if pool is reserved_pool else frozenset(), room)
             if nodes is not None:
                 start(job, pool, nodes)
                 taken.add(job.index)
-                empty[pool.name] = pool.empty_usable(pool.resumable)
+                no_room.clear()
+                empty[pool.name] = empty_now(pool, room)
                 spare[pool.name] = unreserved(pool)
-                holes[pool.name] = hole(pool, frozenset())
-                spare_holes[pool.name] = hole(pool, frozenset(reserved))
+                holes.clear()
                 break
     return shadow
 
 
-def hole(pool: Pool, avoid: frozenset[SimNode]) -> Need:
-    """The most CPUs, GPUs and memory free on any one usable node (each on its own)."""
-    if pool.resumable and pool.dormant_count():
+def empty_now(pool: Pool, room: Room) -> int:
+    """Empty nodes a job may take now: up or booting ones, and powered-down ones (in a
+    resumable pool) as far as `room` allows."""
+    if not pool.resumable:
+        return pool.empty_usable(False)
+    dormant = pool.dormant_count()
+    return pool.empty_usable(False) + (min(dormant, max(room(pool), 0)) if dormant else 0)
+
+
+def hole(pool: Pool, avoid: frozenset[SimNode], room: Room) -> Need:
+    """The most CPUs, GPUs and memory free on any one usable node (each on its own); a
+    powered-down node counts while the pool may resume one."""
+    if pool.resumable and pool.dormant_count() and room(pool) > 0:
         return (pool.shape.cpus, pool.shape.gpus, pool.shape.memory_mb)
     cpus = gpus = memory = 0
     for node in pool.usable(False):
@@ -176,13 +206,12 @@ def earliest(job: SimJob, pools: list[Pool], now: float) -> tuple[float, Pool | 
     return best
 
 
-def estimated_starts(queue: list[SimJob], pools: list[Pool], now: float, count: int) -> list[float]:
-    """When the first `count` waiting jobs should start on the nodes there are (Slurm's
-    backfill estimate, which onprem_first reads): in queue order, each once the running
-    jobs' estimated ends have freed room for it and every job before it. Counted in node
-    shares, without backfill holes, so the estimates are late rather than early."""
-    if not queue or count <= 0:
-        return []
+Timeline = tuple[float, list[tuple[float, float]]]  # node shares free now; (when, shares)
+
+
+def release_timeline(pools: list[Pool], now: float) -> Timeline:
+    """The node shares free now and, by the running jobs' estimated ends, when more free up
+    (in order): what `estimated_starts` reads. It changes only when a node does."""
     free = 0.0
     releases: list[tuple[float, float]] = []
     for pool in pools:
@@ -193,11 +222,25 @@ def estimated_starts(queue: list[SimJob], pools: list[Pool], now: float, count: 
             begins = job.start if job.start is not None else now
             releases.append((begins + job.estimate_s, job.nodes * share(job, pool.shape)))
     releases.sort()
+    return free, releases
+
+
+def estimated_starts(
+    queue: list[SimJob], pools: list[Pool], now: float, count: int, timeline: Timeline
+) -> list[float]:
+    """When the first `count` waiting jobs should start on the nodes there are (Slurm's
+    backfill estimate, which onprem_first reads): in queue order, each once the running
+    jobs' estimated ends (`timeline`) have freed room for it and every job before it.
+    Counted in node shares, without backfill holes, so the estimates are late rather than
+    early."""
+    if not queue or count <= 0:
+        return []
+    free, releases = timeline
     starts: list[float] = []
     demand, position, at = 0.0, 0, now
-    shape_pool = pools[0]
+    shape = pools[0].shape
     for job in queue[:count]:
-        demand += job.nodes * share(job, shape_pool.shape)
+        demand += job.nodes * share(job, shape)
         while free < demand - 1e-9 and position < len(releases):
             at = max(at, releases[position][0])
             free += releases[position][1]

@@ -85,6 +85,11 @@ class WorkloadNode:
         )
 
 
+# what decides a job's fit (policy.fit.job_shape): partition, nodes, CPUs, memory, GPUs
+# per node, per job and per task, tasks (with GPUs per task), GPU model, features
+JobShape = tuple[str, int, int, int, int, int, int, int, str | None, tuple[str, ...]]
+
+
 @dataclass(slots=True)  # not frozen: 3x cheaper to build, and queues hold 100,000 of them
 class PendingJob:
     job_id: str
@@ -106,6 +111,9 @@ class PendingJob:
     requeue: bool = True
     gpus_per_task: int = 0  # --gpus-per-task: each of `tasks` tasks needs this many on one node
     comment: str = ""  # the job's comment (`squeue -o %k`): cm-scale's verdict, or the user's
+    # policy.fit.job_shape's memo: a queue is read by several policies and the accounting
+    # every cycle, and a simulated job's record lives through many cycles
+    shape_memo: JobShape | None = field(default=None, init=False, repr=False, compare=False)
 
     @property
     def gpus_total(self) -> int:
