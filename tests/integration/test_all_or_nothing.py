@@ -16,7 +16,7 @@ from tests.fakes.harness import ContractHarness
 
 pytestmark = pytest.mark.integration
 
-CLOUDS = ["aws"]
+CLOUDS = ["aws", "azure", "openstack"]
 
 
 @pytest.fixture(params=CLOUDS)

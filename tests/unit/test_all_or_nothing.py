@@ -118,3 +118,43 @@ def test_the_strategy_defaults_to_all_or_nothing_for_templates_with_gpus(
     if strategy:
         data["scaling_strategy"] = strategy
     assert TemplateSettings.model_validate(data).all_or_nothing is whole
+
+
+def test_slurm_mode_resume_requests_are_grouped_per_job_from_the_resume_file() -> None:
+    """Slurm mode: the nodes SLURM_RESUME_FILE names for one job are one launch, together;
+    a job of one node and nodes no job names share the plain launch."""
+    from clustermgr.scaling.decide import initial_decision
+
+    requested = [slot(f"g{i}", NodeState.REQUESTED) for i in range(1, 8)]
+    asked = {"g1": ("7",), "g2": ("7",), "g3": ("7",), "g4": ("8",), "g5": ("9",), "g6": ("9",)}
+    v = view(requested, [], templates=WHOLE, resume_requests=asked)
+    launches = [(x.nodes, x.jobs, x.together) for x in initial_decision(v).launches]
+    assert launches == [
+        (("g1", "g2", "g3"), ("7",), True),
+        (("g5", "g6"), ("9",), True),
+        (("g4", "g7"), ("8",), False),
+    ]
+    v = view(requested, [], templates={"gpu": template()}, resume_requests=asked)
+    [launch] = initial_decision(v).launches  # best effort: one launch, as before
+    assert len(launch.nodes) == 7 and not launch.together
+
+
+def test_a_bad_item_of_the_resume_file_is_skipped_with_a_warning_the_rest_kept() -> None:
+    from clustermgr.workload.hooks import parse_resume_file
+
+    warned: list[str] = []
+    text = (
+        '{"jobs": [{"job_id": 7, "nodes": "g[1-3]"}, {"job_id": "x;rm", "nodes": "g4"},'
+        ' {"job_id": 8, "nodes": "g[5-"}, {"job_id": 9, "nodes": "other1"}, 5,'
+        ' {"job_id": 10, "nodes": "g6"}], "all_nodes": "g[1-6]"}'
+    )
+    jobs = parse_resume_file(text, {f"g{i}" for i in range(1, 7)}, warned.append)
+    assert jobs == {"7": ("g1", "g2", "g3"), "10": ("g6",)}
+    assert warned == [
+        "SLURM_RESUME_FILE jobs[1]: job_id 'x;rm' is not a job id: skipped",
+        "SLURM_RESUME_FILE jobs[2]: nodes 'g[5-' is not a Slurm hostlist: skipped",
+        "SLURM_RESUME_FILE jobs[3]: nodes other1 are not in the hook's node list: skipped",
+        "SLURM_RESUME_FILE jobs[4]: not an object: skipped",
+    ]
+    assert parse_resume_file("{", warn=warned.append) == {}
+    assert warned[-1].startswith("SLURM_RESUME_FILE is not JSON (")
