@@ -21,8 +21,8 @@ from pathlib import Path
 from _common import REPO, fail, parser
 
 from clustermgr.config import parse_settings
-from clustermgr.db.engine import Database
-from clustermgr.inventory import sync_nodes
+from clustermgr.db.database import Database
+from clustermgr.nodes.inventory import sync_nodes
 from clustermgr.policy.chain import PolicyRunner
 from clustermgr.policy.loader import load_chain
 from clustermgr.scaling.accounting import account_jobs

@@ -23,11 +23,11 @@ from pathlib import Path
 from _common import fail, parser
 
 from clustermgr.config import parse_settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Provider
-from clustermgr.directors import state
+from clustermgr.directors import states
 from clustermgr.directors.push_auth import PUSH_USER, push_password
-from clustermgr.directors.replication import ReplicaResult, sync_all
+from clustermgr.imaging.replication import ReplicaResult, sync_all
 from tests.labs.rsyncd import RsyncDaemon
 
 MB = 1024 * 1024
@@ -133,8 +133,8 @@ def main() -> None:
         with db.session() as session:
             session.add(Provider(name="lab", type="local", region="lab", credentials_source="none"))
             session.flush()
-            director = state.ensure(session, "lab", "bench", actor="bench")
-            director.state = state.DirectorState.READY.value
+            director = states.ensure(session, "lab", "bench", actor="bench")
+            director.state = states.DirectorState.READY.value
             director.private_address = "127.0.0.1"
         key = tmp / "munge.key"
         key.write_bytes(os.urandom(128))

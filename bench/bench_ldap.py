@@ -17,10 +17,10 @@ from _common import fail, parser
 from ldap3 import MODIFY_REPLACE, Connection, Server
 
 from clustermgr.config import LdapSettings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Provider
-from clustermgr.directors.ldap_sync import DirectorTarget, SyncOutcome, sync_director
-from clustermgr.directors.state import ensure
+from clustermgr.directors.states import ensure
+from clustermgr.ldap.sync import DirectorTarget, SyncOutcome, sync_director
 from tests.services.slapd import (
     SUFFIX,
     Slapd,

@@ -24,7 +24,7 @@ from pathlib import Path
 from _common import fail, parser
 from sqlalchemy import select
 
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent
 from tests.services import postgres
 

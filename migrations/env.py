@@ -1,4 +1,4 @@
-"""Alembic environment: runs on the connection clustermgr hands over (see db/engine.py)."""
+"""Alembic environment: runs on the connection clustermgr hands over (see db/database.py)."""
 
 from __future__ import annotations
 

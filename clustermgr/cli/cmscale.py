@@ -10,14 +10,14 @@ from typing import TYPE_CHECKING
 import click
 
 from clustermgr import __version__
-from clustermgr.errors import ClusterMgrError
-from clustermgr.inputs import escape_controls
+from clustermgr.core.errors import ClusterMgrError
+from clustermgr.core.inputs import escape_controls
 
 if TYPE_CHECKING:
-    from clustermgr.statedir import StateOwners
+    from clustermgr.runtime.statedir import StateOwners
 
 log = logging.getLogger("cm-scale")
-# with the SDK loggers each provider kind names (clustermgr.kinds)
+# with the SDK loggers each provider kind names (clustermgr.core.kinds)
 QUIET_LOGGERS = (
     "apscheduler",
     "alembic",  # its plugin set-up logs at INFO whenever the schema head is looked up
@@ -52,8 +52,8 @@ def cm_scale(
     if as_json and not dry_run:  # without --dry-run it would start the daemon, which acts
         raise click.UsageError("--json only goes with --dry-run (it prints the plan as JSON)")
     from clustermgr.cli.context import AppContext
-    from clustermgr.kinds import sdk_loggers
-    from clustermgr.logsafe import configure
+    from clustermgr.core.kinds import sdk_loggers
+    from clustermgr.core.logsafe import configure
     from clustermgr.scaling.engine import Engine
 
     configure(logging.DEBUG if debug else logging.INFO)
@@ -77,7 +77,7 @@ def cm_scale(
             warn_slurm_mismatches(app, "cm-scale --dry-run")
         print_plan(engine, as_json)
         return
-    from clustermgr.statedir import prepare_state_dir
+    from clustermgr.runtime.statedir import prepare_state_dir
 
     owners = prepare_state_dir(
         settings.daemon.state_dir, settings.slurm.user, settings.daemon.admin_group, database.url
@@ -85,8 +85,8 @@ def cm_scale(
     if once:
         run_once(engine, settings.daemon.state_dir, owners)
         return
-    from clustermgr.daemon import Daemon
-    from clustermgr.paths import config_path as resolve_config
+    from clustermgr.cli.paths import config_path as resolve_config
+    from clustermgr.runtime.daemon import Daemon
 
     raise SystemExit(Daemon(resolve_config(config_path), settings, database).run())
 
@@ -97,8 +97,8 @@ def run_once(engine: object, state_dir: Path, owners: StateOwners) -> None:
     import socket as socketlib
     from datetime import UTC, datetime
 
-    from clustermgr.daemon import write_heartbeat
-    from clustermgr.leader import make_lock
+    from clustermgr.runtime.daemon import write_heartbeat
+    from clustermgr.runtime.leader import make_lock
     from clustermgr.scaling.engine import Engine
 
     assert isinstance(engine, Engine)
@@ -133,7 +133,7 @@ def record_once(engine: object, report: object) -> None:
     from datetime import UTC, datetime
 
     from clustermgr.db.models import DaemonStatus
-    from clustermgr.metrics import pending_gpus
+    from clustermgr.runtime.metrics import pending_gpus
     from clustermgr.scaling.engine import CycleReport, Engine
 
     assert isinstance(engine, Engine) and isinstance(report, CycleReport)
@@ -158,8 +158,8 @@ def record_once(engine: object, report: object) -> None:
 def run_directors_inline(engine: object, demand: frozenset[str]) -> str:
     """The director lifecycle's pass after the one cycle, its syncs run at once (there is
     no director-sync job to hand them to)."""
-    from clustermgr.daemon import director_pass
-    from clustermgr.directors.syncing import DirectorSync
+    from clustermgr.runtime.daemon import director_pass
+    from clustermgr.runtime.director_sync import DirectorSync
     from clustermgr.scaling.engine import Engine
 
     assert isinstance(engine, Engine)

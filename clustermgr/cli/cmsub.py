@@ -16,7 +16,7 @@ from pathlib import Path
 
 from clustermgr.cli.context import AppContext
 from clustermgr.cli.output import emit, emit_json
-from clustermgr.errors import ClusterMgrError, UsageError
+from clustermgr.core.errors import ClusterMgrError, UsageError
 
 USAGE = """\
 usage: cmsub [sbatch options] [--stage-in SRC[:DEST]]... [--stage-out SRC[:DEST]]...
@@ -58,7 +58,7 @@ def cmsub(argv: list[str]) -> None:
     if argv[0] == "--status" or argv[0].startswith("--status="):
         _status(argv)
         return
-    from clustermgr.staging.chain import with_dependency
+    from clustermgr.staging.jobchain import with_dependency
     from clustermgr.staging.spec import parse_argv
     from clustermgr.staging.submit import submit
 

@@ -31,10 +31,10 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     on stderr, exit 2.
     """
     from clustermgr.cli.output import emit_json
-    from clustermgr.exposure import exposed_secret_files
-    from clustermgr.paths import config_path
+    from clustermgr.cli.paths import config_path
+    from clustermgr.config.exposure import exposed_secret_files
     from clustermgr.policy.loader import load_chain
-    from clustermgr.statedir import resolve_owners
+    from clustermgr.runtime.statedir import resolve_owners
 
     settings = app.settings()
     load_chain(list(settings.policy.chain))  # a policy that cannot load: one line, exit 2
@@ -44,7 +44,7 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     chain = [ref.name for ref in settings.policy.chain]
     warnings = [*exposed_secret_files(settings, path)]
     warnings += settings.ldap.clear_text_warnings() if settings.ldap else []
-    from clustermgr.catalog import offered_by_rows, unoffered_types
+    from clustermgr.providers.catalog import offered_by_rows, unoffered_types
 
     problems = unoffered_types(settings, offered_by_rows(cached_types(app)))
     problems += [] if no_slurm else slurm_mismatches(app)
@@ -82,8 +82,8 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
 
 def slurm_mismatches(app: AppContext) -> list[str]:
     """The running Slurm vs the templates (and the cached catalog, when there is one)."""
-    from clustermgr.slurmconf import check_against_slurm, facts_from_rows
     from clustermgr.workload.slurm import SlurmCli
+    from clustermgr.workload.slurmconf import check_against_slurm, facts_from_rows
 
     settings = app.settings()
     slurm = SlurmCli(settings.slurm.bin_dir, settings.slurm.command_timeout_s)
@@ -95,7 +95,7 @@ def slurm_mismatches(app: AppContext) -> list[str]:
 def warn_slurm_mismatches(app: AppContext, what: str) -> None:
     """For commands that go on despite them (nodes sync, the dry runs): each mismatch as a
     warning on stderr, and that cm-scale will refuse to start until they are fixed."""
-    from clustermgr.errors import ClusterMgrError
+    from clustermgr.core.errors import ClusterMgrError
 
     try:
         problems = slurm_mismatches(app)
@@ -114,8 +114,8 @@ def warn_slurm_mismatches(app: AppContext, what: str) -> None:
 
 def cached_types(app: AppContext) -> list[InstanceTypeRow]:
     """The cached catalog rows, or none when there is no usable database."""
-    from clustermgr.catalog import cached_catalog
-    from clustermgr.errors import DatabaseError
+    from clustermgr.core.errors import DatabaseError
+    from clustermgr.providers.catalog import cached_catalog
 
     try:
         database = app.existing_database()

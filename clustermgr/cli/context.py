@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from clustermgr.config import Settings
-    from clustermgr.db.engine import Database
+    from clustermgr.db.database import Database
 
 
 @dataclass
@@ -21,15 +21,15 @@ class AppContext:
 
     def settings(self) -> Settings:
         if self._settings is None:
+            from clustermgr.cli.paths import config_path
             from clustermgr.config import load_settings
-            from clustermgr.paths import config_path
 
             self._settings = load_settings(config_path(self.config_path))
         return self._settings
 
     def settings_if_any(self) -> Settings | None:
         """The settings when a config file exists; None when none was given or found."""
-        from clustermgr.paths import config_path
+        from clustermgr.cli.paths import config_path
 
         path = config_path(self.config_path)
         if self.config_path is None and not path.exists():
@@ -40,7 +40,7 @@ class AppContext:
         """The database; `validate_config=False` (read-only listings) reads a plain [database]
         table without validating the rest of the config, as when --db gives the URL."""
         if self._db is None:
-            from clustermgr.db.engine import Database
+            from clustermgr.db.database import Database
 
             url, timeout = self._database_url(validate_config)
             if check_schema:
@@ -66,7 +66,7 @@ class AppContext:
         return self.database()
 
     def _database_url(self, validate_config: bool) -> tuple[str, float]:
-        from clustermgr.db.engine import resolve_db_url
+        from clustermgr.db.database import resolve_db_url
 
         config_url, timeout = None, 30.0
         if not (self.db_url or os.environ.get("CLUSTERMGR_DB")) or self._settings:
@@ -86,7 +86,7 @@ class AppContext:
         when they are plainly valid; None for anything else, which full validation reports."""
         import tomllib
 
-        from clustermgr.paths import config_path
+        from clustermgr.cli.paths import config_path
 
         path = config_path(self.config_path)
         if self.config_path is None and not path.exists():
@@ -120,7 +120,7 @@ def _refuse_missing_sqlite(url: str) -> None:
     from sqlalchemy import make_url
     from sqlalchemy.exc import ArgumentError
 
-    from clustermgr.errors import SchemaOutOfDateError
+    from clustermgr.core.errors import SchemaOutOfDateError
 
     try:
         parsed = make_url(url)

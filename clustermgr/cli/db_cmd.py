@@ -20,7 +20,7 @@ def upgrade(app: AppContext) -> None:
     from clustermgr.cli.privilege import require_root
 
     require_root("db upgrade")
-    from clustermgr.db.engine import redact
+    from clustermgr.db.database import redact
 
     database = app.database(check_schema=False)
     before, after = database.upgrade()
@@ -35,7 +35,7 @@ def upgrade(app: AppContext) -> None:
 @click.pass_obj
 def current(app: AppContext, as_json: bool) -> None:
     """Show the schema revision of the database and of this clustermgr."""
-    from clustermgr.db.engine import head_revision, redact
+    from clustermgr.db.database import head_revision, redact
 
     database = app.database(check_schema=False)
     revision, head = database.current_revision(), head_revision()

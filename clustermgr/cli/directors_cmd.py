@@ -10,7 +10,7 @@ import click
 
 from clustermgr.cli.context import AppContext
 from clustermgr.cli.output import emit, emit_fields, emit_json, emit_table
-from clustermgr.errors import NotFoundError
+from clustermgr.core.errors import NotFoundError
 
 LIST_COLUMNS = (
     "name",
@@ -55,7 +55,7 @@ def list_directors(app: AppContext, as_json: bool) -> None:
 @click.pass_obj
 def show(app: AppContext, name: str, as_json: bool) -> None:
     """One director: its row, its events (oldest first) and its replicas."""
-    from clustermgr.directors.state import find
+    from clustermgr.directors.states import find
 
     with app.database().session() as session:
         row = find(session, name)
@@ -103,7 +103,7 @@ def show(app: AppContext, name: str, as_json: bool) -> None:
 
 
 def _summary(session: Any, row: Any) -> dict[str, Any]:
-    from clustermgr.directors.state import region_of
+    from clustermgr.directors.states import region_of
 
     provider, region = region_of(session, row)
     images = _image_replicas(session, row.id)

@@ -15,8 +15,8 @@ def health_check(app: AppContext, node: str | None, slurm_bin: str) -> None:
     """Check this burst node's GPUs against its Slurm definition (exit 1 when unhealthy)."""
     from pathlib import Path
 
-    from clustermgr.health import health_check as check
-    from clustermgr.health import node_name
+    from clustermgr.workload.gpu_health import health_check as check
+    from clustermgr.workload.gpu_health import node_name
 
     result = check(node_name(node, Path(slurm_bin)), Path(slurm_bin))
     if not result.checked:

@@ -20,8 +20,8 @@ def _hook(kind: str) -> None:
 
         main(["slurm", kind, *args])
         return
-    from clustermgr.errors import ClusterMgrError
-    from clustermgr.paths import config_path
+    from clustermgr.cli.paths import config_path
+    from clustermgr.core.errors import ClusterMgrError
     from clustermgr.workload.hooks import record
 
     try:

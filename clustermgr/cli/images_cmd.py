@@ -15,8 +15,8 @@ from clustermgr.cli.output import emit, emit_json
 
 if TYPE_CHECKING:
     from clustermgr.config import Settings
-    from clustermgr.directors.imagedefs import LoadedImage
-    from clustermgr.directors.replication import ProgressCallback, ReplicaResult, SyncReport
+    from clustermgr.imaging.definitions import LoadedImage
+    from clustermgr.imaging.replication import ProgressCallback, ReplicaResult, SyncReport
 
 STATUS_COLUMNS = (
     "image",
@@ -42,7 +42,7 @@ def _settings_or_default(app: AppContext) -> Settings:
 
 
 def _loaded(app: AppContext) -> list[LoadedImage]:
-    from clustermgr.directors.imagedefs import images_dir, load_images
+    from clustermgr.imaging.definitions import images_dir, load_images
 
     return load_images(images_dir(app.settings_if_any()))
 
@@ -82,7 +82,7 @@ def list_images(app: AppContext, as_json: bool) -> None:
 @click.pass_obj
 def show(app: AppContext, name: str, as_json: bool) -> None:
     """One image definition, with its latest revision when the database has one."""
-    from clustermgr.directors.imagedefs import find_image, images_dir
+    from clustermgr.imaging.definitions import find_image, images_dir
 
     image = find_image(images_dir(app.settings_if_any()), name)
     row = _definition_row(image)
@@ -102,7 +102,7 @@ def show(app: AppContext, name: str, as_json: bool) -> None:
 
 
 def _latest_revision(app: AppContext, name: str) -> str | None:
-    from clustermgr.directors.manifest import latest_image_row
+    from clustermgr.imaging.tree_manifest import latest_image_row
 
     db = app.existing_database()
     if db is None:
@@ -126,13 +126,13 @@ def render(
     controller_version: str,
 ) -> None:
     """Print the image's user-data with the cluster's facts (no secret is ever in it)."""
-    from clustermgr.directors.imagedefs import (
+    from clustermgr.core.errors import UsageError
+    from clustermgr.core.kinds import image_types
+    from clustermgr.imaging.definitions import (
         facts_for,
         find_image,
         images_dir,
     )
-    from clustermgr.errors import UsageError
-    from clustermgr.kinds import image_types
 
     settings = _settings_or_default(app)
     image = find_image(images_dir(app.settings_if_any()), name)
@@ -146,7 +146,7 @@ def render(
         known = ", ".join([*image_types(), *(p.name for p in settings.providers)])
         raise UsageError(f"--provider {provider!r}: not a provider or cloud type (known: {known})")
     facts = facts_for(settings, provider_type, director_address, controller_version)
-    from clustermgr.directors.imagedefs import render as render_image
+    from clustermgr.imaging.definitions import render as render_image
 
     click.echo(render_image(image, facts), nl=False)
 
@@ -171,7 +171,7 @@ def sync(
     from clustermgr.cli.privilege import require_root
 
     require_root("images sync")
-    from clustermgr.directors.replication import sync_all
+    from clustermgr.imaging.replication import sync_all
 
     settings = app.settings()
     db = app.database()
@@ -255,7 +255,7 @@ def _sync_with_bar(run: Any) -> SyncReport:
 @click.pass_obj
 def status(app: AppContext, as_json: bool) -> None:
     """Each image's replica on each director: revision, state, bytes sent, verified at."""
-    from clustermgr.directors.image_status import replica_status
+    from clustermgr.imaging.status import replica_status
 
     db = app.database()
     with db.session() as session:
@@ -273,7 +273,7 @@ def copies(app: AppContext, name: str | None, wait_s: float, as_json: bool) -> N
     from clustermgr.cli.privilege import require_root
 
     require_root("images copies")
-    from clustermgr.directors.machine_images import copy_base_images, wait_available
+    from clustermgr.imaging.machine_images import copy_base_images, wait_available
 
     settings = app.settings()
     db = app.database()

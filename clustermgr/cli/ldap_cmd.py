@@ -6,7 +6,7 @@ import click
 
 from clustermgr.cli.context import AppContext
 from clustermgr.cli.output import emit, emit_json
-from clustermgr.errors import ConfigError
+from clustermgr.core.errors import ConfigError
 
 
 @click.group()
@@ -28,8 +28,8 @@ def sync(app: AppContext, director: str | None, full: bool, as_json: bool) -> No
     from clustermgr.cli.privilege import require_root
 
     require_root("ldap sync")
-    from clustermgr.directors.ldap_conn import check_passwords
-    from clustermgr.directors.ldap_sync import sync_director, targets
+    from clustermgr.ldap.connection import check_passwords
+    from clustermgr.ldap.sync import sync_director, targets
 
     settings = app.settings()
     if settings.ldap is None:
@@ -58,7 +58,7 @@ def sync(app: AppContext, director: str | None, full: bool, as_json: bool) -> No
 @click.pass_obj
 def status(app: AppContext, as_json: bool) -> None:
     """Each director's replica: mode, state, lag, last success, entries, error."""
-    from clustermgr.directors.ldap_sync import STATUS_COLUMNS, status_rows
+    from clustermgr.ldap.sync import STATUS_COLUMNS, status_rows
 
     with app.database(validate_config=False).session() as session:
         rows = status_rows(session)

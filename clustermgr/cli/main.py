@@ -12,8 +12,8 @@ import click
 
 from clustermgr import __version__
 from clustermgr.cli.context import AppContext
-from clustermgr.errors import ClusterMgrError
-from clustermgr.inputs import escape_controls
+from clustermgr.core.errors import ClusterMgrError
+from clustermgr.core.inputs import escape_controls
 
 SUBCOMMANDS = {
     "catalog": "clustermgr.cli.providers_cmd:catalog",
@@ -69,7 +69,7 @@ class LazyGroup(click.Group):
 @click.pass_context
 def cli(ctx: click.Context, config_path: str | None, db_url: str | None, debug: bool) -> None:
     """Manage a Slurm cluster that bursts into AWS, Azure and OpenStack."""
-    from clustermgr.logsafe import configure
+    from clustermgr.core.logsafe import configure
 
     configure(logging.DEBUG if debug else logging.WARNING)
     ctx.obj = AppContext(config_path=config_path, db_url=db_url, debug=debug)

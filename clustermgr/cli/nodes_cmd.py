@@ -10,8 +10,8 @@ import click
 
 from clustermgr.cli.context import AppContext
 from clustermgr.cli.output import emit, emit_fields, emit_json, emit_table
-from clustermgr.errors import NotFoundError, UsageError
-from clustermgr.lifecycle import NodeState, power_of
+from clustermgr.core.errors import NotFoundError, UsageError
+from clustermgr.nodes.states import NodeState, power_of
 
 NODE_KEYS = (
     "name",
@@ -62,7 +62,7 @@ def sync(app: AppContext, no_slurm: bool) -> None:
     from clustermgr.cli.privilege import require_root
 
     require_root("nodes sync")
-    from clustermgr.inventory import sync_nodes
+    from clustermgr.nodes.inventory import sync_nodes
     from clustermgr.workload.slurm import SlurmCli
 
     settings = app.settings()
@@ -95,7 +95,7 @@ def sync(app: AppContext, no_slurm: bool) -> None:
 
 
 def _hostlist(names: list[str]) -> str:
-    from clustermgr.hostlists import compress
+    from clustermgr.core.hostlists import compress
 
     return compress(names)
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from clustermgr.inputs import escape_controls
+from clustermgr.core.inputs import escape_controls
 
 if TYPE_CHECKING:
     from rich.text import Text

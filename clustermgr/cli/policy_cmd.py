@@ -21,7 +21,7 @@ def dry_run(app: AppContext, only: str | None, as_json: bool) -> None:
     """Observe Slurm and the clouds, run the policy chain, print the plan; change nothing."""
     from clustermgr.cli.plan_output import PLAN_KEYS, cycle_rows
     from clustermgr.config import PolicyRef
-    from clustermgr.errors import ClusterMgrError
+    from clustermgr.core.errors import ClusterMgrError
     from clustermgr.scaling.engine import Engine
 
     settings = app.settings()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import os
 
-from clustermgr.errors import UsageError
+from clustermgr.core.errors import UsageError
 
 
 def require_root(verb: str) -> None:

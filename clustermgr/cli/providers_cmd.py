@@ -56,9 +56,9 @@ def check(app: AppContext, name: str) -> None:
 
 def _offered_checks(settings: Any, name: str, provider: Any) -> list[Any]:
     """One result per template of the provider: every instance type it names is offered."""
-    from clustermgr.catalog import unoffered_types
-    from clustermgr.errors import ClusterMgrError
+    from clustermgr.core.errors import ClusterMgrError
     from clustermgr.providers.base import CheckResult
+    from clustermgr.providers.catalog import unoffered_types
 
     mine = [t for t in settings.templates if t.provider == name]
     if not mine:
@@ -124,7 +124,7 @@ def list_templates(app: AppContext, as_json: bool) -> None:
     """Configured templates, with their launch/boot failures in a row and protection."""
     from datetime import UTC, datetime
 
-    from clustermgr.errors import ClusterMgrError
+    from clustermgr.core.errors import ClusterMgrError
     from clustermgr.scaling.protection import TemplateHealth, template_health
 
     settings = app.settings()
@@ -209,7 +209,7 @@ def catalog(
     app: AppContext, provider_name: str | None, gpus: int | None, refresh: bool, as_json: bool
 ) -> None:
     """Instance types (vCPUs, memory, GPUs, hourly prices), cached in the database."""
-    from clustermgr.catalog import cached_catalog, store_catalog
+    from clustermgr.providers.catalog import cached_catalog, store_catalog
     from clustermgr.providers.registry import make_provider
 
     settings = app.settings()

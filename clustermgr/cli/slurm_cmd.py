@@ -16,7 +16,7 @@ def slurm() -> None:
 
 
 def _hook(app: AppContext, kind: str, hostlist: str) -> None:
-    from clustermgr.paths import config_path
+    from clustermgr.cli.paths import config_path
     from clustermgr.workload.hooks import record
 
     request = record(
@@ -53,7 +53,7 @@ def resume_fail(app: AppContext, hostlist: str) -> None:
 @click.pass_obj
 def conf(app: AppContext) -> None:
     """Print slurm.conf and gres.conf lines for every template, with the power-save settings."""
-    from clustermgr.slurmconf import render_slurm_conf
+    from clustermgr.workload.slurmconf import render_slurm_conf
 
     for line in render_slurm_conf(app.settings()):
         click.echo(line)

@@ -9,7 +9,7 @@ import click
 
 from clustermgr.cli.context import AppContext
 from clustermgr.cli.output import emit_json
-from clustermgr.pricing import BillingRule
+from clustermgr.core.pricing import BillingRule
 
 if TYPE_CHECKING:
     from clustermgr.config import Settings

@@ -6,7 +6,7 @@ import click
 
 from clustermgr.cli.context import AppContext
 from clustermgr.cli.output import emit, emit_json
-from clustermgr.errors import NotFoundError
+from clustermgr.core.errors import NotFoundError
 
 COLUMNS = (
     "id",

@@ -1,5 +1,5 @@
 """What every settings table shares: the strict model, names and the credential sources
-(which provider type takes which: its kind, clustermgr.kinds)."""
+(which provider type takes which: its kind, clustermgr.core.kinds)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from clustermgr.inputs import has_control, slurm_word_problem
+from clustermgr.core.inputs import has_control, slurm_word_problem
 
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"
 

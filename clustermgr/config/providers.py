@@ -18,10 +18,10 @@ from pydantic import (
 
 from clustermgr.config.base import NAME_PATTERN, CredentialSource, StrictModel, slurm_name
 from clustermgr.config.options import PoweredNodes
-from clustermgr.hostlists import HostlistError, expand
-from clustermgr.inputs import slurm_hostlist_problem, slurm_word_problem
-from clustermgr.kinds import kind_of, kinds, unknown_type
-from clustermgr.pricing import BillingRule, Price
+from clustermgr.core.hostlists import HostlistError, expand
+from clustermgr.core.inputs import slurm_hostlist_problem, slurm_word_problem
+from clustermgr.core.kinds import kind_of, kinds, unknown_type
+from clustermgr.core.pricing import BillingRule, Price
 
 OptionsT = TypeVar("OptionsT", bound=BaseModel)
 
@@ -39,7 +39,7 @@ class Credentials(StrictModel):
 
 class ProviderSettings(StrictModel):
     """A [[providers]] entry: the keys every type takes, and `options`, the keys only its
-    type takes as its kind's options model validated them (clustermgr.kinds: a built-in's
+    type takes as its kind's options model validated them (clustermgr.core.kinds: a built-in's
     or an installed package's). In the file the type's own keys sit in the entry itself;
     code reads them with `options_as(Model)`."""
 

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field, field_validator, model_validator
 
 from clustermgr.config.base import NAME_PATTERN, StrictModel, slurm_conf_path, slurm_name
-from clustermgr.errors import ConfigError
+from clustermgr.core.errors import ConfigError
 
 
 class ClusterSettings(StrictModel):
@@ -73,7 +73,7 @@ class DaemonSettings(StrictModel):
     orphan_grace_s: float = Field(300.0, ge=0)
     heartbeat_stale_s: float = Field(120.0, gt=0)
     # a running cycle with no progress (no Slurm command, cloud call or commit returned) for
-    # this long stops the systemd watchdog's pings (clustermgr/watchdog.py); above every
+    # this long stops the systemd watchdog's pings (clustermgr/runtime/watchdog.py); above every
     # single call's own timeout, so only a call hung past its timeouts counts
     stall_timeout_s: float = Field(300.0, gt=0, le=86400)
     metrics_address: str = "127.0.0.1"

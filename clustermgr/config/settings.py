@@ -22,9 +22,9 @@ from clustermgr.config.sections import (
     SlurmSettings,
     StagingSettings,
 )
-from clustermgr.errors import ConfigError
-from clustermgr.hostlists import compress
-from clustermgr.kinds import kind_of, offering
+from clustermgr.core.errors import ConfigError
+from clustermgr.core.hostlists import compress
+from clustermgr.core.kinds import kind_of, offering
 
 
 class Settings(StrictModel):

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import CursorResult, delete, select
 
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, Director, LaunchRequest, Node, NodeEvent
 
 

@@ -15,7 +15,7 @@ from sqlalchemy.orm import Session
 from clustermgr.config import Settings
 from clustermgr.db.models import Director
 from clustermgr.directors.lifecycle import waiting_reason
-from clustermgr.directors.state import SERVING, DirectorState, director_name
+from clustermgr.directors.states import SERVING, DirectorState, director_name
 from clustermgr.providers.base import CloudInstance, InstanceState
 
 log = logging.getLogger(__name__)

@@ -19,9 +19,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from clustermgr.config import DirectorSettings, Settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Image, ImageReplica, LdapReplica
-from clustermgr.directors.state import DirectorState
+from clustermgr.directors.states import DirectorState
 
 LDAP_OK = "ok"
 

@@ -36,7 +36,10 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from clustermgr.config import DirectorSettings, Settings
-from clustermgr.db.engine import Database
+from clustermgr.core.errors import ClusterMgrError, ProviderError
+from clustermgr.core.inputs import usable_address
+from clustermgr.core.reasons import Reason
+from clustermgr.db.database import Database
 from clustermgr.db.models import Director, ImageReplica, LdapReplica
 from clustermgr.db.ownership import DIRECTOR_LAUNCH, Ownership, issue, known
 from clustermgr.directors.health import (
@@ -46,7 +49,7 @@ from clustermgr.directors.health import (
     Syncer,
     run_syncers,
 )
-from clustermgr.directors.state import (
+from clustermgr.directors.states import (
     LIVE,
     DirectorState,
     director_name,
@@ -61,10 +64,7 @@ from clustermgr.directors.strays import (
     unheld_directors,
 )
 from clustermgr.directors.userdata import render_user_data
-from clustermgr.errors import ClusterMgrError, ProviderError
-from clustermgr.inputs import usable_address
 from clustermgr.providers.base import CloudInstance, InstanceState, LaunchSpec, Provider
-from clustermgr.reasons import Reason
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ import hmac
 from pathlib import Path
 
 from clustermgr.config import Settings
-from clustermgr.errors import ConfigError
-from clustermgr.secret import Secret, is_private, write_private
+from clustermgr.core.errors import ConfigError
+from clustermgr.core.secret import Secret, is_private, write_private
 
 PUSH_USER = "clustermgr"
 PUSH_SUFFIX = "-push"

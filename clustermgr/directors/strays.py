@@ -14,7 +14,7 @@ from datetime import datetime
 
 from clustermgr.db.ownership import Ownership
 from clustermgr.directors.health import DirectorInfo
-from clustermgr.directors.state import DirectorState
+from clustermgr.directors.states import DirectorState
 from clustermgr.providers.base import CloudInstance, InstanceState
 
 TAG_ROLE = "clustermgr-role"  # letters, digits and '-': valid on every cloud (base.py)

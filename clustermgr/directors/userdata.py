@@ -18,10 +18,10 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 
-from clustermgr.bootstrap import AtTemplate
 from clustermgr.config import DirectorSettings, Settings
+from clustermgr.core.errors import ConfigError
 from clustermgr.directors.push_auth import PUSH_USER, push_module, secrets_path
-from clustermgr.errors import ConfigError
+from clustermgr.nodes.bootstrap import AtTemplate
 from clustermgr.providers.base import DIRECTOR_MARK
 
 CONFIG_SUFFIX = ",cn=config"

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
-from clustermgr.bootstrap import KeyFetch
 from clustermgr.config import Settings
 from clustermgr.mungekey.grants import request_token
 from clustermgr.mungekey.identity import IdentityError, ensure_identity
+from clustermgr.nodes.bootstrap import KeyFetch
 
 PATH = "/munge-key"
 

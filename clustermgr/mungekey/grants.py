@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 
 from sqlalchemy import delete, select
 
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import MungeKeyRedemption, Node
 from clustermgr.mungekey.identity import derived
 

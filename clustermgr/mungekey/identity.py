@@ -26,7 +26,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustermgr.errors import ClusterMgrError
+from clustermgr.core.errors import ClusterMgrError
 
 KEY_DIR = "munge-key"  # under [daemon] state_dir: 0700 root
 CERT_FILE = "server.crt"

@@ -27,8 +27,8 @@ from pathlib import Path
 from typing import Any
 
 from clustermgr.config import Settings
-from clustermgr.db.engine import Database
-from clustermgr.errors import ClusterMgrError
+from clustermgr.core.errors import ClusterMgrError
+from clustermgr.db.database import Database
 from clustermgr.mungekey.facts import PATH, head_host, server_url
 from clustermgr.mungekey.grants import redeem
 from clustermgr.mungekey.identity import ServerIdentity, ensure_identity

@@ -8,7 +8,8 @@ comes out. The fit helpers answer "does this job fit that template?" the same wa
 every policy and for `clustermgr policy dry-run`.
 """
 
-from clustermgr.lifecycle import NodeState
+from clustermgr.core.pricing import BillingRule, Price
+from clustermgr.nodes.states import NodeState
 from clustermgr.policy.base import Policy
 from clustermgr.policy.decision import Launch, MarketChoice, Refusal, ScaleDecision, Stop
 from clustermgr.policy.fit import (
@@ -23,7 +24,6 @@ from clustermgr.policy.fit import (
     why_not,
 )
 from clustermgr.policy.view import ClusterView, LaunchFailure, NodeView, TemplateView
-from clustermgr.pricing import BillingRule, Price
 from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
 
 __all__ = [

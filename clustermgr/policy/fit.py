@@ -6,8 +6,8 @@ import math
 import re
 from collections.abc import Mapping
 
+from clustermgr.core.reasons import HOLD_PREFIX
 from clustermgr.policy.view import TemplateView
-from clustermgr.reasons import HOLD_PREFIX
 from clustermgr.workload.base import PendingJob
 
 # Pending reasons that mean "not enough nodes" (Slurm's own reason strings).

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from clustermgr.config import PolicyRef
-from clustermgr.errors import ConfigError
+from clustermgr.core.errors import ConfigError
 from clustermgr.policy.base import Policy
 
 

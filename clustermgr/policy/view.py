@@ -6,10 +6,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from clustermgr.kinds import onprem_types
-from clustermgr.lifecycle import ACTIVE_CLOUD_STATES, NodeState
+from clustermgr.core.kinds import onprem_types
+from clustermgr.core.pricing import BillingRule, Price, price_of
+from clustermgr.nodes.states import ACTIVE_CLOUD_STATES, NodeState
 from clustermgr.policy.decision import ScaleDecision
-from clustermgr.pricing import BillingRule, Price, price_of
 from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
 
 

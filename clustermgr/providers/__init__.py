@@ -3,7 +3,7 @@
 Layout. `base.py` is the seam: the `Provider` Protocol and the typed data that crosses it
 (LaunchSpec, LaunchResult, LaunchError, CloudInstance, InstanceType, CheckResult, the TAG_*
 keys, `ours()` and `invalid()`). `registry.py` finds a provider class by type, from the kind
-its package declares (`clustermgr.kinds`, the `clustermgr.providers` entry points). Each
+its package declares (`clustermgr.core.kinds`, the `clustermgr.providers` entry points). Each
 provider is a package, `aws/`, `azure/`, `openstack/` and `local/` (and `bmc/` for on-prem
 power), split the same way:
 
@@ -14,7 +14,7 @@ power), split the same way:
 - `shapes.py`: pure functions and dataclasses: request bodies, names, answers -> CloudInstance
   / InstanceType; no SDK calls;
 - `provider.py`: the provider class;
-- `kind.py`: the package's `ProviderKind` (clustermgr/kinds.py), no SDK import: type name,
+- `kind.py`: the package's `ProviderKind` (clustermgr/core/kinds.py), no SDK import: type name,
   provider class, credential sources, billing, capabilities, keys or options model, SDK
   loggers, pip extra. The `clustermgr.providers` entry point names it.
 

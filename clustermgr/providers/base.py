@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, ClassVar, Literal, Protocol, runtime_checkable
 
-from clustermgr.errors import ErrorKind, ProviderError
-from clustermgr.reasons import Reason
+from clustermgr.core.errors import ErrorKind, ProviderError
+from clustermgr.core.reasons import Reason
 
 if TYPE_CHECKING:
     from clustermgr.config import ProviderSettings

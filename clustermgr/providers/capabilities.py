@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, Protocol, runtime_checkable
 
-from clustermgr.errors import ConfigError, ProviderError
-from clustermgr.kinds import kind_of
+from clustermgr.core.errors import ConfigError, ProviderError
+from clustermgr.core.kinds import kind_of
 from clustermgr.providers.registry import provider_class
 
 if TYPE_CHECKING:

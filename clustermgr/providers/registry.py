@@ -1,4 +1,4 @@
-"""Find a provider class by type: the kind its package declares (clustermgr.kinds, read from
+"""Find a provider class by type: the kind its package declares (clustermgr.core.kinds, read from
 the `clustermgr.providers` entry points, built-in and outside alike), then its class,
 imported only now."""
 
@@ -7,8 +7,8 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, cast
 
-from clustermgr.errors import ConfigError
-from clustermgr.kinds import kind_of
+from clustermgr.core.errors import ConfigError
+from clustermgr.core.kinds import kind_of
 
 if TYPE_CHECKING:
     from clustermgr.config import ProviderSettings

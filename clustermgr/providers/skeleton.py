@@ -20,7 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import (
     ALL_OR_NOTHING,
     CheckResult,

@@ -10,7 +10,7 @@ Queues hold 100,000 jobs: the fit is decided once per job shape, and jobs are gr
 
 from __future__ import annotations
 
-from clustermgr.hostlists import compress
+from clustermgr.core.hostlists import compress
 from clustermgr.policy.decision import ScaleDecision
 from clustermgr.policy.fit import JobShape, job_shape, lacks_resources, serving_templates, why_not
 from clustermgr.policy.view import ClusterView, TemplateView

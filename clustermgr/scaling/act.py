@@ -10,11 +10,11 @@ from dataclasses import dataclass, field, replace
 
 from sqlalchemy import select
 
+from clustermgr.core.hostlists import compress
+from clustermgr.core.reasons import HOLD_PREFIX, HOLD_REASON, PROTECTED, REFUSED, Reason, is_hold
 from clustermgr.db.models import ClusterEvent, Node
-from clustermgr.hostlists import compress
-from clustermgr.lifecycle import NodeState, transition
+from clustermgr.nodes.states import NodeState, transition
 from clustermgr.policy.view import ClusterView
-from clustermgr.reasons import HOLD_PREFIX, HOLD_REASON, PROTECTED, REFUSED, Reason, is_hold
 from clustermgr.scaling.actor import Actor, LaunchOutcome
 from clustermgr.scaling.clamp import LaunchOrder, Plan, StopOrder
 from clustermgr.scaling.comments import comment_updates

@@ -17,19 +17,19 @@ from datetime import datetime
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from clustermgr import progress
-from clustermgr.db.engine import Database
+from clustermgr.core import progress_marks
+from clustermgr.core.errors import ConfigError, ErrorKind, ProviderError, WorkloadError
+from clustermgr.core.inputs import usable_address
+from clustermgr.core.pricing import BillingRule, price_of
+from clustermgr.core.reasons import HOLD_REASON
+from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, InstanceRun, Node
 from clustermgr.db.models import ForeignInstance as ForeignRow
 from clustermgr.db.ownership import NODE_LAUNCH, issue
-from clustermgr.errors import ConfigError, ErrorKind, ProviderError, WorkloadError
-from clustermgr.inputs import usable_address
-from clustermgr.lifecycle import NodeState, transition
 from clustermgr.mungekey import IdentityError
+from clustermgr.nodes.states import NodeState, transition
 from clustermgr.policy.view import TemplateView
-from clustermgr.pricing import BillingRule, price_of
 from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
-from clustermgr.reasons import HOLD_REASON
 from clustermgr.scaling.clamp import LaunchOrder, StopOrder
 from clustermgr.scaling.onprem import power_off_blocked
 from clustermgr.scaling.ownership import FOREIGN_VERDICT, ForeignInstance
@@ -105,7 +105,9 @@ class Actor:
         if provider is None:
             error = LaunchError(ErrorKind.OTHER, "ProviderUnavailable", "provider not reachable")
             return self._fail_all(outcome, error)
-        progress.step(f"launching {len(order.nodes)} of {order.template} ({order.request_id})")
+        progress_marks.step(
+            f"launching {len(order.nodes)} of {order.template} ({order.request_id})"
+        )
         try:
             spec = self.specs(order)
         except IdentityError as exc:  # no key server certificate: no node could join
@@ -356,7 +358,7 @@ class Actor:
             provider = self.providers.get(name)
             if provider is None:
                 continue
-            progress.step(f"terminating {len(ids)} instances on {name}")
+            progress_marks.step(f"terminating {len(ids)} instances on {name}")
             try:
                 provider.terminate(ids, f"{why}-{self.clock():%Y%m%d%H%M%S}")
                 done.update(ids)

@@ -26,7 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from clustermgr.config import Settings
-from clustermgr.lifecycle import NodeState
+from clustermgr.nodes.states import NodeState
 from clustermgr.policy.decision import Launch, Refusal, ScaleDecision
 from clustermgr.policy.view import ClusterView
 

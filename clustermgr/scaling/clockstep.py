@@ -27,7 +27,7 @@ from datetime import UTC, datetime, timedelta
 from sqlalchemy import select
 
 from clustermgr.config import Settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, Director, Node, NodeEvent
 from clustermgr.scaling.observe import FAILURE_MEMORY
 

@@ -16,8 +16,8 @@ our comment) as still waiting for nodes, so neither the policies nor the verdict
 
 from __future__ import annotations
 
+from clustermgr.core.reasons import HOLD_PREFIX, Reason
 from clustermgr.policy.view import ClusterView
-from clustermgr.reasons import HOLD_PREFIX, Reason
 from clustermgr.scaling.accounting import SLURM_SAYS
 from clustermgr.scaling.clamp import JobFate, Plan
 from clustermgr.workload.base import comment_text

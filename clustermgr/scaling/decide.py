@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from clustermgr.config import Settings
-from clustermgr.lifecycle import NodeState
+from clustermgr.nodes.states import NodeState
 from clustermgr.policy.chain import PolicyRunner
 from clustermgr.policy.decision import Launch, ScaleDecision
 from clustermgr.policy.view import ClusterView

@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from clustermgr.lifecycle import ACTIVE_CLOUD_STATES, NodeState
+from clustermgr.nodes.states import ACTIVE_CLOUD_STATES, NodeState
 from clustermgr.policy.fit import JobShape, job_shape, serving_templates, why_not
 from clustermgr.policy.view import ClusterView
 from clustermgr.scaling.clamp import Plan

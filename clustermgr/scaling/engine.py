@@ -15,11 +15,11 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
-from clustermgr import progress
 from clustermgr.config import Settings
-from clustermgr.db.engine import Database
+from clustermgr.core import progress_marks
+from clustermgr.core.errors import ClusterMgrError, ProviderError, WorkloadError
+from clustermgr.db.database import Database
 from clustermgr.directors.gate import read_gate
-from clustermgr.errors import ClusterMgrError, ProviderError, WorkloadError
 from clustermgr.policy.chain import PolicyRunner
 from clustermgr.policy.loader import load_chain
 from clustermgr.policy.view import ClusterView
@@ -202,12 +202,12 @@ class Engine:
     def _judge_decide_act(
         self, report: CycleReport, snapshot: Snapshot, dry_run: bool, decide: bool
     ) -> None:
-        progress.step("reconcile")
+        progress_marks.step("reconcile")
         judgment, view = judge(self.settings, snapshot)
         report.judgment = judgment
         plan = Plan()
         if decide:
-            progress.step("the policies")
+            progress_marks.step("the policies")
             decided = decide_plan(self.settings, self.runner, view)
             view = report.view = decided.view
             if decided.error:
@@ -231,7 +231,7 @@ class Engine:
             self.actor_name,
             slurm_nodes=snapshot.workload.nodes,
         )
-        progress.step("acting on the verdicts")
+        progress_marks.step("acting on the verdicts")
         act.act_on_judgment(actor, snapshot, judgment, report.acted)
         report.acted.registered = judgment.names(Verdict.REGISTER)
         act.finish(judgment)
@@ -240,7 +240,7 @@ class Engine:
             if not self.guard():
                 report.error = "no longer the leader; the plan was not applied"
                 return
-            progress.step("acting on the plan")
+            progress_marks.step("acting on the plan")
             act.act_on_plan(actor, view, plan, report.acted, self.guard)
         report.error = report.error or report.acted.error
 
@@ -263,7 +263,7 @@ class Engine:
         listed: dict[str, dict[str, CloudInstance]] = {}
         used = {t.provider for t in self.settings.templates}
         for name in sorted(used):
-            progress.step(f"listing the instances of provider {name}")
+            progress_marks.step(f"listing the instances of provider {name}")
             try:
                 listed[name] = self.provider(name).list_instances()
             except (ProviderError, ClusterMgrError) as exc:

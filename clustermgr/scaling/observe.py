@@ -16,10 +16,10 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from clustermgr.config import Settings, slurm_features
+from clustermgr.core.inputs import slurm_word_problem, usable_address
 from clustermgr.db.models import InstanceRun, Node, NodeEvent
 from clustermgr.db.ownership import Ownership, known
-from clustermgr.inputs import slurm_word_problem, usable_address
-from clustermgr.lifecycle import NodeState
+from clustermgr.nodes.states import NodeState
 from clustermgr.policy.view import LaunchFailure, TemplateView
 from clustermgr.providers.base import CloudInstance
 from clustermgr.scaling.ownership import unheld

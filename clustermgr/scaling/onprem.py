@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from clustermgr.config import Settings, is_onprem
-from clustermgr.lifecycle import NodeState
+from clustermgr.nodes.states import NodeState
 from clustermgr.policy.view import ClusterView
 from clustermgr.providers.base import CloudInstance, InstanceState
 from clustermgr.workload.base import WorkloadNode

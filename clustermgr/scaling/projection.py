@@ -11,9 +11,9 @@ from dataclasses import replace
 from datetime import datetime
 
 from clustermgr.config import Settings
-from clustermgr.lifecycle import NodeState
+from clustermgr.core.reasons import kind_of
+from clustermgr.nodes.states import NodeState
 from clustermgr.policy.view import ClusterView, NodeView
-from clustermgr.reasons import kind_of
 from clustermgr.scaling.observe import NodeRecord, Snapshot, template_views
 from clustermgr.scaling.onprem import power_facts
 from clustermgr.scaling.protection import with_this_cycle

@@ -30,9 +30,9 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from clustermgr.config import Settings
+from clustermgr.core.reasons import BACKOFF, PROTECTED, Reason
 from clustermgr.db.models import ClusterEvent, Node, NodeEvent
-from clustermgr.lifecycle import NodeState
-from clustermgr.reasons import BACKOFF, PROTECTED, Reason
+from clustermgr.nodes.states import NodeState
 
 BACKED_OFF = ("THROTTLED", "TRANSIENT")
 COUNTED = ("QUOTA", "INVALID", "AUTH", "OTHER", "BOOT_TIMEOUT", "HEALTH", "RESUME_TIMEOUT", "POWER")

@@ -13,9 +13,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from clustermgr.config import Settings, TemplateSettings
-from clustermgr.lifecycle import NodeState
+from clustermgr.core.reasons import BOOT_TIMEOUT, POWER, RESUME_TIMEOUT, VANISHED, Reason
+from clustermgr.nodes.states import NodeState
 from clustermgr.providers.base import TAG_NODE, CloudInstance, InstanceState
-from clustermgr.reasons import BOOT_TIMEOUT, POWER, RESUME_TIMEOUT, VANISHED, Reason
 from clustermgr.scaling.observe import NodeRecord, Snapshot
 from clustermgr.scaling.onprem import BUSY_STATES, onprem_providers
 from clustermgr.scaling.ownership import ForeignInstance, sweep

@@ -10,9 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from clustermgr.bootstrap import KeyFetch, render_user_data
 from clustermgr.config import Settings
 from clustermgr.mungekey import launch_key_fetch
+from clustermgr.nodes.bootstrap import KeyFetch, render_user_data
 from clustermgr.providers.base import LaunchSpec
 from clustermgr.scaling.clamp import LaunchOrder
 

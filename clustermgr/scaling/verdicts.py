@@ -23,9 +23,9 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from clustermgr.lifecycle import NodeState
+from clustermgr.core.reasons import HEALTH, kind_of
+from clustermgr.nodes.states import NodeState
 from clustermgr.providers.base import CloudInstance, InstanceState
-from clustermgr.reasons import HEALTH, kind_of
 from clustermgr.workload.base import WorkloadNode
 
 

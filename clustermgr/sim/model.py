@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
-from clustermgr.lifecycle import NodeState
+from clustermgr.nodes.states import NodeState
 from clustermgr.workload.base import PendingJob, RunningJob
 
 Need = tuple[int, int, int]  # cpus, gpus, memory_mb on one node

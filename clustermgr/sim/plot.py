@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from clustermgr.errors import UsageError
+from clustermgr.core.errors import UsageError
 from clustermgr.sim.results import Figures, Sample
 
 MAX_POINTS = 1500  # time buckets per line: enough for a screen, small for an HTML page

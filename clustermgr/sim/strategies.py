@@ -10,7 +10,7 @@
 from __future__ import annotations
 
 from clustermgr.config import PolicyRef, Settings
-from clustermgr.errors import UsageError
+from clustermgr.core.errors import UsageError
 from clustermgr.policy.loader import load_chain
 from clustermgr.sim.replay import Strategy
 

@@ -38,7 +38,7 @@ from operator import itemgetter
 from pathlib import Path
 from typing import Any
 
-from clustermgr.errors import ClusterMgrError
+from clustermgr.core.errors import ClusterMgrError
 
 FORMATS = ("swf", "sacct", "alibaba")
 

@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path, PurePosixPath
 
-from clustermgr.errors import StagingError
+from clustermgr.core.errors import StagingError
 from clustermgr.staging import rsyncd_auth
 from clustermgr.staging.rsync_transport import is_url
 

@@ -11,7 +11,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
-from clustermgr.errors import StagingError, UsageError
+from clustermgr.core.errors import StagingError, UsageError
 from clustermgr.staging.spec import StageItem
 
 META_DIR = ".cmsub"  # the manifests inside a staging area

@@ -7,7 +7,7 @@ import socket
 from typing import Any
 
 from clustermgr.config import StagingSettings
-from clustermgr.errors import StagingError
+from clustermgr.core.errors import StagingError
 from clustermgr.staging import wire
 from clustermgr.staging.wire import Refused
 

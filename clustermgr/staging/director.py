@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from clustermgr.config import Settings, StagingRegionSettings
-from clustermgr.db.engine import Database
+from clustermgr.core.errors import StagingError
+from clustermgr.db.database import Database
 from clustermgr.db.models import Transfer
-from clustermgr.directors.state import SERVING, DirectorState, director_name, find
-from clustermgr.errors import StagingError
+from clustermgr.directors.states import SERVING, DirectorState, director_name, find
 from clustermgr.staging.rsyncd_auth import without_user
 
 PLACEHOLDER = "{director}"

@@ -28,9 +28,9 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from clustermgr.config import Settings, StagingRegionSettings
-from clustermgr.db.engine import Database
+from clustermgr.core.errors import ClusterMgrError, ConfigError, UsageError
+from clustermgr.db.database import Database
 from clustermgr.db.models import Transfer
-from clustermgr.errors import ClusterMgrError, ConfigError, UsageError
 from clustermgr.staging import (
     areas,
     director,

@@ -27,7 +27,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from clustermgr.errors import StagingError
+from clustermgr.core.errors import StagingError
 from clustermgr.staging import manifest, rsyncd_auth
 from clustermgr.staging.checks import META_DIR, StageIn, StageOut, inside
 from clustermgr.staging.manifest import FileEntry, Previous

@@ -25,8 +25,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-from clustermgr.errors import StagingError
-from clustermgr.secret import is_private, write_private
+from clustermgr.core.errors import StagingError
+from clustermgr.core.secret import is_private, write_private
 
 PASSWORD_ENV = "RSYNC_PASSWORD"  # noqa: S105 (the variable's name, not a password)
 # a user name the secrets file and the module's path can hold as is

@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from clustermgr.config import Settings
-from clustermgr.errors import ClusterMgrError, StagingError
-from clustermgr.staging import areas, chain, client, rsync_transport, rsyncd_auth, s3_transport
+from clustermgr.core.errors import ClusterMgrError, StagingError
+from clustermgr.staging import areas, client, jobchain, rsync_transport, rsyncd_auth, s3_transport
 from clustermgr.staging.checks import StageIn, StageOut, area_path, check_links
 from clustermgr.staging.manifest import FileEntry, Previous
 from clustermgr.staging.progress import Progress
@@ -136,7 +136,7 @@ def _failed(settings: Settings, transfer_id: int, message: str) -> None:
     answer = client.call(settings.staging, "finish", transfer=transfer_id, error=message)
     slurm = settings.slurm
     with contextlib.suppress(ClusterMgrError):
-        chain.scancel(slurm.bin_dir, list(answer.get("cancel") or []), slurm.command_timeout_s)
+        jobchain.scancel(slurm.bin_dir, list(answer.get("cancel") or []), slurm.command_timeout_s)
 
 
 def _plan(settings: Settings, transfer_id: int, progress: Progress) -> dict[str, Any]:

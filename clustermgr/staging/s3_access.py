@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from clustermgr.config import ProviderSettings, StagingRegionSettings
-from clustermgr.errors import ConfigError, ProviderError, StagingError
+from clustermgr.core.errors import ConfigError, ProviderError, StagingError
 from clustermgr.providers import capabilities
 
 ACCESS_FIELDS = ("access_key_id", "secret_access_key", "session_token")

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from clustermgr.config import ProviderSettings, Settings, StagingRegionSettings, StagingSettings
-from clustermgr.errors import ProviderError, StagingError
+from clustermgr.core.errors import ProviderError, StagingError
 from clustermgr.providers import capabilities
 from clustermgr.providers.capabilities import BucketAt, ObjectBucket, ObjectCredentials
 from clustermgr.staging import manifest

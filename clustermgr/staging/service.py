@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from clustermgr.config import Settings
-from clustermgr.db.engine import Database
-from clustermgr.errors import ClusterMgrError
+from clustermgr.core.errors import ClusterMgrError
+from clustermgr.db.database import Database
 from clustermgr.staging import wire
 from clustermgr.staging.ledger import Ledger
 from clustermgr.staging.wire import Caller, Refused

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from clustermgr.errors import UsageError
+from clustermgr.core.errors import UsageError
 
 Transport = Literal["rsync", "s3"]
 TRANSPORTS: tuple[Transport, ...] = ("rsync", "s3")

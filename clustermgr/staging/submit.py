@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from clustermgr.config import Settings, StagingRegionSettings
-from clustermgr.errors import ClusterMgrError, UsageError, WorkloadError
-from clustermgr.staging import chain, client
+from clustermgr.core.errors import ClusterMgrError, UsageError, WorkloadError
+from clustermgr.staging import client, jobchain
 from clustermgr.staging.checks import (
     Estimate,
     StageIn,
@@ -45,8 +45,8 @@ class Plan:
 @dataclass(frozen=True)
 class Submitted:
     plan: Plan
-    ids: chain.ChainIds
-    argv: chain.ChainArgs
+    ids: jobchain.ChainIds
+    argv: jobchain.ChainArgs
 
     def row(self) -> dict[str, Any]:
         return {
@@ -136,7 +136,7 @@ def submit(settings: Settings, spec: StagingSpec, cwd: Path) -> Submitted:
         checked.estimate,
         str(created["resumes"]),
     )
-    args = chain.build(
+    args = jobchain.build(
         staging,
         region,
         stage_id=plan.stage_id,
@@ -148,10 +148,10 @@ def submit(settings: Settings, spec: StagingSpec, cwd: Path) -> Submitted:
         script_args=spec.script_args,
     )
     if spec.dry_run:
-        return Submitted(plan, chain.ChainIds("-", "-", "-"), args)
+        return Submitted(plan, jobchain.ChainIds("-", "-", "-"), args)
     slurm = settings.slurm
     try:
-        ids = chain.submit(slurm.bin_dir, args, slurm.command_timeout_s)
+        ids = jobchain.submit(slurm.bin_dir, args, slurm.command_timeout_s)
     except WorkloadError:
         client.call(staging, "forget", stage_id=plan.stage_id)
         raise
@@ -165,10 +165,10 @@ def submit(settings: Settings, spec: StagingSpec, cwd: Path) -> Submitted:
             stage_out_job=ids.stage_out,
         )
     except ClusterMgrError:
-        chain.scancel(
+        jobchain.scancel(
             slurm.bin_dir, [ids.stage_in, ids.job, ids.stage_out], slurm.command_timeout_s
         )
         client.call(staging, "forget", stage_id=plan.stage_id)
         raise
-    chain.release(slurm.bin_dir, ids.stage_in, slurm.command_timeout_s)
+    jobchain.release(slurm.bin_dir, ids.stage_in, slurm.command_timeout_s)
     return Submitted(plan, ids, args)

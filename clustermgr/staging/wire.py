@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from clustermgr.errors import StagingError, UsageError
+from clustermgr.core.errors import StagingError, UsageError
 
 MAX_LINE = 1 << 20  # a request holds paths, never data: 1 MiB is plenty
 MUNGE_TIMEOUT_S = 10

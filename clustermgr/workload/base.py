@@ -8,8 +8,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
-from clustermgr.inputs import has_control
-from clustermgr.reasons import is_hold
+from clustermgr.core.inputs import has_control
+from clustermgr.core.reasons import is_hold
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,7 @@ writes one JSON request file into the spool directory (atomic rename), pokes the
 socket if it is there, and returns. No cloud API call, no database import.
 
 Spool layout: <state_dir>/spool/<time>-<pid>-<kind>.json, {"kind", "nodes", "jobs", "at"}.
-cm-scale creates the directory root:<SlurmUser's group> 0730 (clustermgr/statedir.py), and
+cm-scale creates the directory root:<SlurmUser's group> 0730 (clustermgr/runtime/statedir.py), and
 accepts a request only from a regular file of one link owned by root or SlurmUser.
 """
 
@@ -24,9 +24,9 @@ from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from clustermgr.errors import ConfigError, UsageError, WorkloadError
-from clustermgr.hostlists import HostlistError, compress, expand
-from clustermgr.reasons import DAEMON, Reason
+from clustermgr.core.errors import ConfigError, UsageError, WorkloadError
+from clustermgr.core.hostlists import HostlistError, compress, expand
+from clustermgr.core.reasons import DAEMON, Reason
 
 # Slurm runs each hook as a fresh process and waits for it: this module imports only what
 # recording a request needs (no dataclasses, subprocess or workload.base; see power_down_now).

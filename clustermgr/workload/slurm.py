@@ -15,9 +15,9 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from clustermgr import progress
-from clustermgr.errors import WorkloadError
-from clustermgr.inputs import ADDRESS_RULE, is_host_address, slurm_word_problem
+from clustermgr.core import progress_marks
+from clustermgr.core.errors import WorkloadError
+from clustermgr.core.inputs import ADDRESS_RULE, is_host_address, slurm_word_problem
 from clustermgr.workload.base import (
     PendingJob,
     RunningJob,
@@ -50,7 +50,7 @@ class SlurmCli:
         path = self.bin_dir / command
         argv = [str(path), *args]
         shown = " ".join([command, *args])[:120]
-        progress.step(f"Slurm's `{command}`")
+        progress_marks.step(f"Slurm's `{command}`")
         try:
             done = subprocess.run(
                 argv,
@@ -68,7 +68,7 @@ class SlurmCli:
                 f"`{shown}` did not answer within {timeout_s or self.timeout_s:.0f} s "
                 "(is slurmctld running and reachable?)"
             ) from None
-        progress.beat()
+        progress_marks.beat()
         if done.returncode != 0:
             stdout, stderr = (out.decode("utf-8", "replace") for out in (done.stdout, done.stderr))
             message = _first_line(stderr) or _first_line(stdout) or "no message"
@@ -214,7 +214,7 @@ class SlurmCli:
 def node_list(nodes: Iterable[str]) -> str:
     """The hostlist for `scontrol update nodename=`; every name one Slurm word (scontrol
     splits its arguments on spaces again: a name with one would add a field of its own)."""
-    from clustermgr.hostlists import compress
+    from clustermgr.core.hostlists import compress
 
     names = list(nodes)
     for name in names:

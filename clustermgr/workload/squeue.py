@@ -172,7 +172,7 @@ def _tres(text: str) -> tuple[int, int, int]:
 
 def parse_running(text: str) -> list[RunningJob]:
     """Running jobs and their nodes; an unreadable line is skipped with a warning."""
-    from clustermgr.hostlists import HostlistError, expand
+    from clustermgr.core.hostlists import HostlistError, expand
 
     jobs = []
     skipped = _Skipped("running")

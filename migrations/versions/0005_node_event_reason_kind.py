@@ -18,7 +18,7 @@ branch_labels = None
 depends_on = None
 
 # The migration keeps its own copy of the pattern: a migration must not change when the
-# application code does (clustermgr.reasons is the live definition).
+# application code does (clustermgr.core.reasons is the live definition).
 _CODED = re.compile(r"^\(Code:([A-Z][A-Z0-9_]*)\)")
 
 

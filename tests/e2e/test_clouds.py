@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from tests.labs.cloudlab import CLOUDS, CloudLab, cloud_lab
 
 

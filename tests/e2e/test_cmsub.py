@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from clustermgr.config import load_settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.staging.service import StagingService
 from tests.e2e.conftest import slurm_user_for_hooks
 from tests.labs.burstlab import BurstLab, BurstLabSpec

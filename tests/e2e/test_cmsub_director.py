@@ -33,7 +33,7 @@ from pathlib import Path
 import pytest
 
 from clustermgr.config import load_settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.providers.local import net
 from clustermgr.staging import rsyncd_auth
 from clustermgr.staging.director import staging_demand

@@ -26,7 +26,7 @@ from typing import Any
 
 import pytest
 
-from clustermgr.directors.state import director_name
+from clustermgr.directors.states import director_name
 from clustermgr.providers.local import net
 from clustermgr.providers.local.client import state_dir_of
 from clustermgr.providers.local.state import locked

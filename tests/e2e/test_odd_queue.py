@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from tests.conftest import EXAMPLE_CONFIG
 from tests.fakes.aws_fake import REGION
 from tests.labs.cloudlab import BIN, PROVIDER, CloudLab, LabOptions, cloud_lab

@@ -17,7 +17,7 @@ from typing import Any
 import boto3
 
 from clustermgr.config import ProviderSettings
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.base import LaunchSpec, Provider
 from clustermgr.providers.registry import make_provider
 from tests.fakes.aws_fake import FakeAws

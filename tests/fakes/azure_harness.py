@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from clustermgr.config import ProviderSettings
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.base import LaunchSpec, Provider
 from clustermgr.providers.registry import make_provider
 from tests.fakes.azure_fake import MARKETPLACE_IMAGE, FakeAzure

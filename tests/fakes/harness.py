@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Protocol
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.base import LaunchSpec, Provider
 
 

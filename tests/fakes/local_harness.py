@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from clustermgr.config import ProviderSettings
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import LaunchSpec, Provider
 from clustermgr.providers.local import LocalProvider, ensure_bridge, remove_bridge
 from clustermgr.providers.local import state as local_state

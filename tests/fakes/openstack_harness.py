@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from clustermgr.config import ProviderSettings
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.base import LaunchSpec, Provider
 from clustermgr.providers.openstack.client import Timing
 from clustermgr.providers.openstack.provider import OpenStackProvider

@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Provider
-from clustermgr.directors.state import ensure
+from clustermgr.directors.states import ensure
 from tests.conftest import cannot_run
 from tests.services.slapd import Slapd, SlapdUnavailable, available, make_server
 

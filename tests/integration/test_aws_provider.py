@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.aws.provider import AwsProvider
 from clustermgr.providers.base import TAG_CLUSTER, TAG_NODE, TAG_REQUEST, InstanceState
 from tests.fakes.aws_harness import ACCESS_KEY, SECRET_KEY, AwsHarness, contract_harness

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.azure.provider import AzureProvider
 from clustermgr.providers.azure.shapes import TAG_NIC_MADE, names_for
 from clustermgr.providers.base import TAG_CLUSTER, TAG_NODE, InstanceState, Provider

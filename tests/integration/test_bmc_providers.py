@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from clustermgr.config import ProviderSettings, load_settings, parse_settings
-from clustermgr.errors import ConfigError, ErrorKind, ProviderError
+from clustermgr.core.errors import ConfigError, ErrorKind, ProviderError
 from clustermgr.providers.base import (
     TAG_CLUSTER,
     TAG_NODE,

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Provider
-from clustermgr.directors import state
+from clustermgr.directors import states
 from tests.conftest import run_cli
 
 MUNGE_KEY_MATERIAL = "MUNGE-KEY-MATERIAL-must-never-leave-the-head"
@@ -134,8 +134,8 @@ def test_sync_then_status_json(site: dict[str, str], tmp_path: Path) -> None:
     with db.session() as session:
         session.add(Provider(name="lab", type="local", region="r1", credentials_source="none"))
         session.flush()
-        director = state.ensure(session, "lab", "r1", actor="test")
-        director.state = state.DirectorState.READY.value
+        director = states.ensure(session, "lab", "r1", actor="test")
+        director.state = states.DirectorState.READY.value
     db.dispose()
 
     done = run_cli("images", "sync", env=site)  # not a TTY: plain lines

@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from clustermgr.config import load_settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.staging.service import StagingService
 from tests.conftest import REPO
 

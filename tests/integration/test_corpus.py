@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from clustermgr.config import PolicyRef
-from clustermgr.errors import WorkloadError
+from clustermgr.core.errors import WorkloadError
 from clustermgr.policy import ClusterView
 from clustermgr.policy.chain import PolicyRunner
 from clustermgr.policy.loader import load_chain

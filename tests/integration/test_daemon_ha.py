@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from sqlalchemy import select
 
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent
 from tests.services.postgres import PrivatePostgres
 

@@ -29,7 +29,7 @@ from pathlib import Path
 import boto3
 import pytest
 
-from clustermgr.daemon import DIRECTOR_SYNC_POLL_S
+from clustermgr.runtime.daemon import DIRECTOR_SYNC_POLL_S
 from tests.conftest import cannot_run
 from tests.fakes.aws_fake import FakeAws
 from tests.fakes.aws_harness import ACCESS_KEY, IMAGE, SECRET_KEY, fake_aws_env

@@ -15,11 +15,11 @@ from alembic.migration import MigrationContext
 from sqlalchemy import select
 
 from clustermgr.config import load_settings
-from clustermgr.db.engine import SCHEMA_HEAD, Database, head_revision
+from clustermgr.core.errors import SchemaOutOfDateError
+from clustermgr.db.database import SCHEMA_HEAD, Database, head_revision
 from clustermgr.db.models import Base, Node
-from clustermgr.errors import SchemaOutOfDateError
-from clustermgr.inventory import sync_nodes
-from clustermgr.lifecycle import NodeState
+from clustermgr.nodes.inventory import sync_nodes
+from clustermgr.nodes.states import NodeState
 from tests.conftest import EXAMPLE_CONFIG, REPO, run_cli
 
 
@@ -40,7 +40,7 @@ def test_migrations_build_exactly_the_model(db_url: str) -> None:
 def test_old_schema_is_refused_until_upgraded(db_url: str) -> None:
     from alembic import command
 
-    from clustermgr.db.engine import alembic_config
+    from clustermgr.db.database import alembic_config
 
     database = Database(db_url)
     with database.engine.begin() as conn:
@@ -78,9 +78,9 @@ CONCURRENT_WORKER = textwrap.dedent(
     import sys
     from sqlalchemy import select
     from sqlalchemy.orm.exc import StaleDataError
-    from clustermgr.db.engine import Database
+    from clustermgr.db.database import Database
     from clustermgr.db.models import Node
-    from clustermgr.lifecycle import NodeState, transition
+    from clustermgr.nodes.states import NodeState, transition
 
     url, actor, rounds = sys.argv[1], sys.argv[2], int(sys.argv[3])
     db = Database(url)

@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from clustermgr.config import Settings, parse_settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Director, Image, ImageReplica, Provider
 from clustermgr.db.ownership import DIRECTOR_LAUNCH, issue
 from clustermgr.directors.health import Connect, PortsAndReplicas, tcp_open
@@ -29,7 +29,7 @@ from clustermgr.directors.lifecycle import (
     DirectorLifecycle,
     launch_spec,
 )
-from clustermgr.directors.state import DirectorState, ensure, find, transition
+from clustermgr.directors.states import DirectorState, ensure, find, transition
 from clustermgr.directors.strays import ROLE_DIRECTOR, TAG_ROLE
 from clustermgr.providers.base import InstanceState
 from clustermgr.providers.base import Provider as CloudProvider

@@ -23,17 +23,17 @@ from typing import Any
 import pytest
 
 from clustermgr.config import Settings, load_settings
-from clustermgr.daemon import director_pass
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Director, Provider
 from clustermgr.directors.gate import read_gate
-from clustermgr.directors.state import director_name, find
-from clustermgr.directors.syncing import DirectorSync
+from clustermgr.directors.states import director_name, find
 from clustermgr.providers.base import Provider as CloudProvider
 from clustermgr.providers.local import net
 from clustermgr.providers.local.client import state_dir_of
 from clustermgr.providers.local.state import locked
 from clustermgr.providers.registry import make_provider
+from clustermgr.runtime.daemon import director_pass
+from clustermgr.runtime.director_sync import DirectorSync
 from tests.conftest import run_cli
 from tests.fakes.local_harness import skip_unless_possible
 from tests.labs.directorlab import MOTD, director_tables, make_head

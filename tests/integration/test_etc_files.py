@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from clustermgr.config import load_settings
-from clustermgr.slurmconf import render_slurm_conf
+from clustermgr.workload.slurmconf import render_slurm_conf
 from tests.conftest import EXAMPLE_CONFIG, REPO, cannot_run
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.health import health_check
+from clustermgr.workload.gpu_health import health_check
 from tests.conftest import cannot_run
 from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
 

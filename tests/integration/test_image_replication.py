@@ -16,14 +16,14 @@ import boto3
 import pytest
 
 from clustermgr.config import Settings, parse_settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Image, ImageReplica, Provider
-from clustermgr.directors import state
-from clustermgr.directors.image_status import replica_status
-from clustermgr.directors.imagedefs import find_image
-from clustermgr.directors.machine_images import copy_base_images, refresh
-from clustermgr.directors.manifest import read_manifest, scan_tree
-from clustermgr.directors.replication import ReplicaState, sync_all
+from clustermgr.directors import states
+from clustermgr.imaging.definitions import find_image
+from clustermgr.imaging.machine_images import copy_base_images, refresh
+from clustermgr.imaging.replication import ReplicaState, sync_all
+from clustermgr.imaging.status import replica_status
+from clustermgr.imaging.tree_manifest import read_manifest, scan_tree
 from tests.fakes.aws_harness import IMAGE, contract_harness
 from tests.labs.rsyncd import RsyncDaemon
 
@@ -65,8 +65,8 @@ def db(tmp_path: Path) -> Iterator[Database]:
 
 def add_director(db: Database, region: str, address: str | None = None) -> str:
     with db.session() as session:
-        director = state.ensure(session, "lab", region, actor="test")
-        director.state = state.DirectorState.READY.value
+        director = states.ensure(session, "lab", region, actor="test")
+        director.state = states.DirectorState.READY.value
         director.private_address = address
         return director.name
 
@@ -271,7 +271,7 @@ def test_stopped_directors_and_directors_without_address_are_not_synced(
     make_tree(tmp_path / "tree", big_files=1, big_size=1000, small_files=1)
     add_director(db, "noaddr")
     with db.session() as session:
-        state.ensure(session, "lab", "stopped", actor="test")
+        states.ensure(session, "lab", "stopped", actor="test")
     report = sync_all(db, settings_for(tmp_path, {}))
     assert report.replicas == []
     assert report.errors == ["director director-lab-noaddr: no address yet; not synced"]
@@ -344,7 +344,7 @@ def test_base_ami_is_copied_into_each_region_in_use(db: Database, tmp_path: Path
 
 
 def test_shipped_image_definitions_load(tmp_path: Path) -> None:
-    from clustermgr.directors.imagedefs import default_images_dir, load_images
+    from clustermgr.imaging.definitions import default_images_dir, load_images
 
     names = [one.name for one in load_images(default_images_dir())]
     assert "gpu-node" in names

@@ -25,11 +25,11 @@ import pytest
 from sqlalchemy import select
 
 from clustermgr.config import Settings, parse_settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Node
 from clustermgr.directors.lifecycle import PassReport as DirectorReport
-from clustermgr.directors.state import find
-from clustermgr.inventory import sync_nodes
+from clustermgr.directors.states import find
+from clustermgr.nodes.inventory import sync_nodes
 from clustermgr.providers.base import InstanceState, LaunchSpec, Provider
 from clustermgr.providers.registry import make_provider
 from clustermgr.scaling.engine import Engine

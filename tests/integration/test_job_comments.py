@@ -12,7 +12,7 @@ from unittest import mock
 
 import pytest
 
-from clustermgr.errors import WorkloadError
+from clustermgr.core.errors import WorkloadError
 from clustermgr.workload.slurm import SlurmCli
 from tests.conftest import cannot_run
 from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab

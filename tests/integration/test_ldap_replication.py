@@ -13,9 +13,9 @@ from ldap3 import BASE, MODIFY_REPLACE, Connection, Server
 from sqlalchemy import select
 
 from clustermgr.config import LdapSettings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, LdapReplica
-from clustermgr.directors.ldap_sync import DirectorTarget, sync_director
+from clustermgr.ldap.sync import DirectorTarget, sync_director
 from tests.conftest import run_cli
 from tests.services.slapd import (
     SUFFIX,
@@ -53,7 +53,7 @@ def settings_for(
 
 
 def target(database: Database) -> DirectorTarget:
-    from clustermgr.directors.ldap_sync import targets
+    from clustermgr.ldap.sync import targets
 
     with database.session() as session:
         (found,) = targets(session, DIRECTOR)

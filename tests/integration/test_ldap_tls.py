@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from clustermgr.config import LdapSettings
-from clustermgr.db.engine import Database
-from clustermgr.directors.ldap_sync import DirectorTarget, sync_director, targets
+from clustermgr.db.database import Database
+from clustermgr.ldap.sync import DirectorTarget, sync_director, targets
 from tests.services.slapd import (
     Slapd,
     TlsFiles,

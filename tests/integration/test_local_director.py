@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.directors.health import tcp_open
-from clustermgr.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import LaunchSpec
 from clustermgr.providers.local import net
 from clustermgr.providers.local.director import (

@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import TAG_NODE, InstanceState, LaunchSpec
 from clustermgr.providers.local import LocalProvider, conf_server_from, net
 from clustermgr.providers.local import state as local_state

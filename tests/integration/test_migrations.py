@@ -15,7 +15,7 @@ import sqlalchemy as sa
 from alembic import command
 from alembic.script import ScriptDirectory
 
-from clustermgr.db.engine import Database, alembic_config, head_revision
+from clustermgr.db.database import Database, alembic_config, head_revision
 
 WHEN = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 CODED_REASON = "(Code:HEALTH) boot: 1 of 2 GPUs visible"

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.bootstrap import BootstrapFacts, render_bootstrap
 from clustermgr.config import Settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Node
 from clustermgr.mungekey import launch_key_fetch
 from clustermgr.mungekey.identity import KEY_DIR
 from clustermgr.mungekey.server import KeyServer
+from clustermgr.nodes.bootstrap import BootstrapFacts, render_bootstrap
 
 REQUEST = "req-mk-1"
 NODES = {"gpu-1": "127.0.0.2", "gpu-2": "127.0.0.3"}

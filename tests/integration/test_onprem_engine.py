@@ -20,10 +20,10 @@ import pytest
 from sqlalchemy import select
 
 from clustermgr.config import Settings, parse_settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, Node, NodeEvent
-from clustermgr.inventory import sync_nodes
-from clustermgr.lifecycle import NodeState
+from clustermgr.nodes.inventory import sync_nodes
+from clustermgr.nodes.states import NodeState
 from clustermgr.providers.registry import make_provider
 from clustermgr.scaling.engine import Engine
 from clustermgr.scaling.onprem import power_saved_kw

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import TAG_CLUSTER, TAG_NODE, TAG_REQUEST, InstanceState
 from clustermgr.providers.openstack.provider import OpenStackProvider
 from tests.fakes.openstack_fake import FakeOpenStack, remote_control

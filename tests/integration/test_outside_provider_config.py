@@ -84,7 +84,7 @@ def test_without_the_package_the_type_is_unknown(tmp_path: Path) -> None:
 
 def test_reading_the_kinds_imports_no_cloud_sdk(site: Path) -> None:
     probe = (
-        "import sys; from clustermgr.kinds import kinds; print(sorted(kinds())); "
+        "import sys; from clustermgr.core.kinds import kinds; print(sorted(kinds())); "
         "print(sorted(m for m in sys.modules if m.split('.')[0] in "
         "('boto3', 'botocore', 'azure', 'openstack', 'sushy')))"
     )

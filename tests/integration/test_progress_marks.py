@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from clustermgr.progress import PROGRESS
+from clustermgr.core.progress_marks import PROGRESS
 from tests.fakes import aws_harness, azure_harness
 from tests.fakes.gate import Gate
 

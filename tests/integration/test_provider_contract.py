@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import TAG_NODE, TAG_REQUEST, InstanceState
 from tests.fakes.harness import ContractHarness
 

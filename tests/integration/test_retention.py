@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, InstanceRun, LaunchRequest, Node, NodeEvent
 from tests.conftest import EXAMPLE_CONFIG, run_cli
 

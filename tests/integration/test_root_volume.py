@@ -14,7 +14,7 @@ import boto3
 import pytest
 
 from clustermgr.config import ProviderSettings, Settings
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import LaunchSpec
 from clustermgr.providers.registry import make_provider
 from tests.fakes import aws_harness, azure_harness, openstack_harness

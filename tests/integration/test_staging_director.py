@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from clustermgr.config import Settings, parse_settings
-from clustermgr.db.engine import Database
+from clustermgr.core.errors import StagingError
+from clustermgr.db.database import Database
 from clustermgr.db.models import Provider
-from clustermgr.directors.state import DirectorState, ensure
-from clustermgr.errors import StagingError
+from clustermgr.directors.states import DirectorState, ensure
 from clustermgr.staging.checks import StageIn
 from clustermgr.staging.director import resolve
 from clustermgr.staging.progress import Quiet

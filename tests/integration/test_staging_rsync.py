@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.errors import StagingError
+from clustermgr.core.errors import StagingError
 from clustermgr.staging import manifest
 from clustermgr.staging.checks import StageIn, StageOut
 from clustermgr.staging.progress import Quiet

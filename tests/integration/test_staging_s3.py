@@ -20,7 +20,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from clustermgr.config import ProviderSettings, StagingRegionSettings, StagingSettings
-from clustermgr.errors import ProviderError, StagingError
+from clustermgr.core.errors import ProviderError, StagingError
 from clustermgr.staging import s3_transport
 from clustermgr.staging.checks import StageIn, StageOut
 from clustermgr.staging.progress import Quiet

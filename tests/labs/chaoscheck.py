@@ -23,9 +23,9 @@ from dataclasses import dataclass
 
 from sqlalchemy import select
 
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Node, NodeEvent
-from clustermgr.lifecycle import NodeState, can_transition
+from clustermgr.nodes.states import NodeState, can_transition
 from clustermgr.providers.base import CloudInstance, InstanceState
 
 KINDS = ("duplicate", "orphan", "lost")

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from clustermgr.hostlists import compress, expand
+from clustermgr.core.hostlists import compress, expand
 from clustermgr.providers.base import CloudInstance, Provider
 from clustermgr.providers.local import LocalProvider, net
 from clustermgr.providers.local import state as local_state

@@ -39,7 +39,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from clustermgr.hostlists import compress
+from clustermgr.core.hostlists import compress
 from clustermgr.providers.base import CloudInstance, InstanceState
 from tests.labs import chaoscheck
 from tests.labs.chaoscheck import Finding

@@ -27,7 +27,7 @@ from typing import Any
 import tomli_w
 
 from clustermgr.config import ProviderSettings
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.base import CloudInstance, InstanceState, Provider
 from clustermgr.providers.local import net
 from clustermgr.providers.registry import make_provider

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from clustermgr.hostlists import expand
+from clustermgr.core.hostlists import expand
 
 SBIN = Path("/usr/sbin")
 MUNGE_SOCKET_DIR = Path("/run/munge")

@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent
 from tests.conftest import cannot_run
 from tests.e2e.test_aws_burst import BIN, AwsLab, make_lab

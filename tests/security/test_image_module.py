@@ -21,10 +21,10 @@ from pathlib import Path
 import pytest
 
 from clustermgr.config import Settings, parse_settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Provider
-from clustermgr.directors import push_auth, state
-from clustermgr.directors.replication import ReplicaState, sync_all
+from clustermgr.directors import push_auth, states
+from clustermgr.imaging.replication import ReplicaState, sync_all
 from tests.labs.rsyncd import RsyncDaemon
 from tests.security.conftest import Account, Accounts, as_user
 
@@ -56,8 +56,8 @@ def director(tmp_path: Path) -> Iterator[tuple[Settings, RsyncDaemon, Database]]
         with db.session() as session:
             session.add(Provider(name="lab", type="local", region="lab", credentials_source="none"))
             session.flush()
-            row = state.ensure(session, "lab", "lab", actor="test")
-            row.state = state.DirectorState.READY.value
+            row = states.ensure(session, "lab", "lab", actor="test")
+            row.state = states.DirectorState.READY.value
             row.private_address = "127.0.0.1"
         settings = parse_settings(
             {

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.leader import PostgresAdvisoryLock
+from clustermgr.runtime.leader import PostgresAdvisoryLock
 from tests.conftest import cannot_run, run_cli
 from tests.security.conftest import Accounts, as_user
 from tests.services import postgres

@@ -27,7 +27,7 @@ from pathlib import Path
 import pytest
 
 from clustermgr.config import load_settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import Transfer
 from clustermgr.staging.service import StagingService
 from tests.conftest import REPO

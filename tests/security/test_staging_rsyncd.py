@@ -29,7 +29,7 @@ import pytest
 
 from clustermgr.config import load_settings
 from clustermgr.db.models import Provider
-from clustermgr.directors.state import DirectorState, ensure
+from clustermgr.directors.states import DirectorState, ensure
 from clustermgr.staging import rsyncd_auth
 from clustermgr.staging.director import staging_demand
 from tests.labs.rsyncd import RsyncDaemon

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from clustermgr.daemon import POKE_MIN_GAP_S
+from clustermgr.runtime.daemon import POKE_MIN_GAP_S
 from tests.security.conftest import Accounts, as_user
 from tests.security.statelab import BIN, INTERVAL_S, StateLab, mode_of, state_lab
 

@@ -139,8 +139,8 @@ def test_clamp_gives_each_launch_alternates_cut_to_every_limit() -> None:
     sees the dearest alternate (`launch_price`). The dry run shows all of it."""
     from clustermgr.cli.plan_output import plan_rows
     from clustermgr.config import parse_settings
+    from clustermgr.core.pricing import Price
     from clustermgr.policy.decision import Launch
-    from clustermgr.pricing import Price
     from clustermgr.scaling.clamp import clamp
 
     spare_price = {"g5.12xlarge": Price(50.0, 20.0)}

@@ -13,7 +13,7 @@ from botocore.exceptions import (
     ProfileNotFound,
 )
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.aws.errors import ERROR_KINDS, classify, kind_of
 from clustermgr.providers.aws.shapes import (
     Attempt,

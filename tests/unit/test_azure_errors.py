@@ -17,7 +17,7 @@ from azure.core.exceptions import (
 )
 from azure.mgmt.core.exceptions import ARMErrorFormat
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.azure.errors import ERROR_KINDS, classify, is_not_found
 from clustermgr.providers.azure.shapes import (
     Names,

@@ -5,8 +5,8 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from clustermgr.bootstrap import render_user_data
 from clustermgr.config import load_settings
+from clustermgr.nodes.bootstrap import render_user_data
 from tests.conftest import EXAMPLE_CONFIG
 
 
@@ -46,7 +46,7 @@ def test_newer_slurmd_than_the_controller_refuses_to_join(tmp_path: Path) -> Non
 
 
 def test_the_launch_token_is_in_the_user_data_only_never_in_a_repr() -> None:
-    from clustermgr.bootstrap import KeyFetch
+    from clustermgr.nodes.bootstrap import KeyFetch
     from clustermgr.providers.base import LaunchSpec
 
     settings = load_settings(EXAMPLE_CONFIG)

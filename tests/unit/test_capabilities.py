@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from clustermgr.config import ProviderSettings, StagingRegionSettings
-from clustermgr.errors import ConfigError, StagingError
+from clustermgr.core.errors import ConfigError, StagingError
 from clustermgr.providers import capabilities
 from clustermgr.providers.capabilities import MachineImages, ObjectCredentials, ObjectStorage
 from clustermgr.staging import s3_access

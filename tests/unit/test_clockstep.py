@@ -10,9 +10,9 @@ from pathlib import Path
 from sqlalchemy import select
 
 from clustermgr.config import parse_settings
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, Node
-from clustermgr.lifecycle import NodeState, transition
+from clustermgr.nodes.states import NodeState, transition
 from clustermgr.scaling.clockstep import ClockWatch, shift_timers
 from clustermgr.scaling.protection import judge_backoff
 

@@ -26,7 +26,7 @@ from azure.mgmt.core.exceptions import ARMErrorFormat
 from openstack import exceptions as sdk
 from openstack.compute.v2.server import Server
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.azure.errors import classify as classify_azure
 from clustermgr.providers.openstack.errors import classify as classify_openstack
 from clustermgr.providers.openstack.errors import fault_failure

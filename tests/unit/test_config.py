@@ -5,8 +5,8 @@ from pathlib import Path
 import pytest
 
 from clustermgr.config import load_settings, parse_settings
-from clustermgr.errors import ConfigError
-from clustermgr.pricing import BillingRule
+from clustermgr.core.errors import ConfigError
+from clustermgr.core.pricing import BillingRule
 from tests.conftest import EXAMPLE_CONFIG
 
 MINIMAL = """

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from clustermgr.config import DirectorSettings, Settings, parse_settings
+from clustermgr.core.errors import ConfigError
 from clustermgr.db.ownership import Ownership
 from clustermgr.directors.health import DirectorInfo, HealthResult
 from clustermgr.directors.lifecycle import (
@@ -20,10 +21,9 @@ from clustermgr.directors.lifecycle import (
     launch_spec,
     waiting_reason,
 )
-from clustermgr.directors.state import DirectorState
+from clustermgr.directors.states import DirectorState
 from clustermgr.directors.strays import ROLE_DIRECTOR, TAG_ROLE, orphan_directors
-from clustermgr.errors import ConfigError
-from clustermgr.lifecycle import NodeState
+from clustermgr.nodes.states import NodeState
 from clustermgr.policy.decision import Launch, ScaleDecision
 from clustermgr.policy.view import ClusterView, NodeView
 from clustermgr.providers.base import TAG_REQUEST, CloudInstance, InstanceState
@@ -408,10 +408,10 @@ def test_demand_comes_from_active_nodes_the_plan_and_jobs_that_wait_for_a_direct
 def test_the_gate_waits_for_a_ready_director_whose_instance_this_cycle_does_not_list(
     tmp_path: Any,
 ) -> None:
-    from clustermgr.db.engine import Database
+    from clustermgr.db.database import Database
     from clustermgr.db.models import Provider
     from clustermgr.directors.gate import read_gate
-    from clustermgr.directors.state import ensure, transition
+    from clustermgr.directors.states import ensure, transition
 
     db = Database(f"sqlite:///{tmp_path / 'cm.db'}")
     db.upgrade()

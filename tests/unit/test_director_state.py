@@ -5,9 +5,10 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.db.engine import Database
+from clustermgr.core.errors import IllegalTransitionError
+from clustermgr.db.database import Database
 from clustermgr.db.models import Provider
-from clustermgr.directors.state import (
+from clustermgr.directors.states import (
     ALLOWED,
     DirectorState,
     director_name,
@@ -16,7 +17,6 @@ from clustermgr.directors.state import (
     region_of,
     transition,
 )
-from clustermgr.errors import IllegalTransitionError
 
 AT = datetime(2026, 11, 23, 10, 0, tzinfo=UTC)
 

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 
 from clustermgr.config import parse_settings
-from clustermgr.db.engine import Database
+from clustermgr.core.errors import ClusterMgrError
+from clustermgr.db.database import Database
 from clustermgr.directors.health import DirectorInfo
-from clustermgr.directors.state import DirectorState
-from clustermgr.directors.syncing import DirectorSync, SyncSummary
-from clustermgr.errors import ClusterMgrError
+from clustermgr.directors.states import DirectorState
+from clustermgr.runtime.director_sync import DirectorSync, SyncSummary
 
 
 def info(name: str) -> DirectorInfo:

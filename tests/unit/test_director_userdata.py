@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from clustermgr.config import Settings, parse_settings
+from clustermgr.core.errors import ConfigError
 from clustermgr.directors.userdata import render_user_data
-from clustermgr.errors import ConfigError
 from clustermgr.providers.base import LaunchSpec
 from clustermgr.providers.local.director import parse_boot, staging_module_conf
 

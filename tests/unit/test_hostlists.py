@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from clustermgr.hostlists import HostlistError, compress, expand
+from clustermgr.core.hostlists import HostlistError, compress, expand
 
 
 def test_expand_keeps_padding_and_order() -> None:

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from clustermgr.config import Settings, parse_settings
-from clustermgr.errors import ConfigError
-from clustermgr.inputs import escape_controls, is_host_address, slurm_word_problem
-from clustermgr.logsafe import LOG_FORMAT, OneLineFormatter
-from clustermgr.slurmconf import render_slurm_conf
+from clustermgr.core.errors import ConfigError
+from clustermgr.core.inputs import escape_controls, is_host_address, slurm_word_problem
+from clustermgr.core.logsafe import LOG_FORMAT, OneLineFormatter
 from clustermgr.workload.base import reason_arg
 from clustermgr.workload.slurm import parse_sinfo_nodes
+from clustermgr.workload.slurmconf import render_slurm_conf
 from clustermgr.workload.squeue import PENDING_FIELDS, parse_pending, parse_running
 
 BASE: dict[str, Any] = {
@@ -355,9 +355,9 @@ def test_config_refuses_staging_partitions_and_features_slurm_would_split() -> N
 
 
 def test_a_node_row_in_an_unknown_state_is_refused_a_transition_with_one_line() -> None:
+    from clustermgr.core.errors import IllegalTransitionError
     from clustermgr.db.models import Node
-    from clustermgr.errors import IllegalTransitionError
-    from clustermgr.lifecycle import NodeState, power_of, transition
+    from clustermgr.nodes.states import NodeState, power_of, transition
 
     row = Node(name="gpu-3", kind="cloud", state="EXPLODED")
     with pytest.raises(IllegalTransitionError) as caught:

@@ -12,7 +12,7 @@ import pytest
 from clustermgr.config import ProviderSettings
 from clustermgr.config.base import CredentialSource
 from clustermgr.config.providers import COMMON_KEYS
-from clustermgr.kinds import image_types, kind_of, kinds, onprem_types, sdk_loggers
+from clustermgr.core.kinds import image_types, kind_of, kinds, onprem_types, sdk_loggers
 from clustermgr.providers.registry import provider_class
 
 BUILT_IN = ["aws", "azure", "ipmi", "local", "openstack", "redfish"]

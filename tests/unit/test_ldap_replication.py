@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from clustermgr.config import parse_settings
-from clustermgr.directors.ldap_conn import (
+from clustermgr.core.errors import ConfigError
+from clustermgr.ldap.connection import (
     Csn,
     LdapConfigError,
     PasswordSource,
@@ -17,14 +18,13 @@ from clustermgr.directors.ldap_conn import (
     parse_csns,
     replica_endpoint,
 )
-from clustermgr.directors.ldap_pull import key
-from clustermgr.directors.ldap_syncrepl import (
+from clustermgr.ldap.pull import key
+from clustermgr.ldap.syncrepl import (
     consumer_settings,
     filter_for,
     parse_value,
     render,
 )
-from clustermgr.errors import ConfigError
 
 SUFFIX = "dc=example,dc=org"
 

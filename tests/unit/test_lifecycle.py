@@ -4,9 +4,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from clustermgr.core.errors import IllegalTransitionError
 from clustermgr.db.models import Node
-from clustermgr.errors import IllegalTransitionError
-from clustermgr.lifecycle import ALLOWED, NodeState, can_transition, transition
+from clustermgr.nodes.states import ALLOWED, NodeState, can_transition, transition
 
 
 def make_node(state: NodeState = NodeState.POWERED_DOWN) -> Node:

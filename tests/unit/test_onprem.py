@@ -11,8 +11,8 @@ import pytest
 
 from clustermgr.cli.status_cmd import power_saved
 from clustermgr.config import PolicyRef, Settings, parse_settings
-from clustermgr.errors import ConfigError
-from clustermgr.lifecycle import NodeState, power_of
+from clustermgr.core.errors import ConfigError
+from clustermgr.nodes.states import NodeState, power_of
 from clustermgr.policy import ClusterView, NodeView, TemplateView
 from clustermgr.providers.base import TAG_FAULT, CloudInstance, InstanceState
 from clustermgr.scaling.observe import NodeRecord, Snapshot, template_views
@@ -20,8 +20,8 @@ from clustermgr.scaling.onprem import power_facts, power_off_blocked, power_save
 from clustermgr.scaling.projection import build_view
 from clustermgr.scaling.reconcile import reconcile
 from clustermgr.scaling.verdicts import Verdict
-from clustermgr.slurmconf import check_against_slurm, render_slurm_conf
 from clustermgr.workload.base import WorkloadNode, WorkloadSnapshot
+from clustermgr.workload.slurmconf import check_against_slurm, render_slurm_conf
 from tests.unit.test_policies import job, run, template
 
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

@@ -14,7 +14,7 @@ from keystoneauth1 import exceptions as ksa
 from openstack import exceptions as sdk
 
 from clustermgr.config import ProviderSettings
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.base import TAG_NODE, InstanceState, LaunchError
 from clustermgr.providers.openstack.client import Timing, timing_for
 from clustermgr.providers.openstack.errors import (

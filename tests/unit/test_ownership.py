@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from sqlalchemy import select, text
 
-from clustermgr.db.engine import Database
+from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, ForeignInstance, LaunchRequest
 from clustermgr.db.ownership import Ownership
 from clustermgr.directors.strays import ROLE_DIRECTOR, TAG_ROLE
-from clustermgr.inventory import sync_nodes
-from clustermgr.lifecycle import NodeState
+from clustermgr.nodes.inventory import sync_nodes
+from clustermgr.nodes.states import NodeState
 from clustermgr.providers.base import (
     TAG_NODE,
     TAG_REQUEST,
@@ -230,7 +230,7 @@ def test_the_upgrade_records_the_request_ids_rows_hold_as_issued(tmp_path: Path)
     """A launch in flight across the upgrade (a LAUNCHING node's request id) stays ours."""
     from alembic import command
 
-    from clustermgr.db.engine import alembic_config
+    from clustermgr.db.database import alembic_config
 
     db = Database(f"sqlite:///{tmp_path / 'old.db'}")
     with db.engine.begin() as conn:
@@ -252,7 +252,7 @@ def test_the_upgrade_records_the_request_ids_rows_hold_as_issued(tmp_path: Path)
 
 
 def test_the_metric_counts_foreign_instances_per_listed_provider() -> None:
-    from clustermgr.metrics import Metrics
+    from clustermgr.runtime.metrics import Metrics
     from clustermgr.scaling.engine import CycleReport
     from clustermgr.scaling.reconcile import Judgment
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from clustermgr.config import PolicyRef
-from clustermgr.errors import ConfigError
-from clustermgr.lifecycle import NodeState
+from clustermgr.core.errors import ConfigError
+from clustermgr.nodes.states import NodeState
 from clustermgr.policy import (
     BillingRule,
     ClusterView,

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from clustermgr.config import Settings, parse_settings
-from clustermgr.errors import ConfigError, UsageError
+from clustermgr.core.errors import ConfigError, UsageError
 from clustermgr.sim.replay import Replay
 from clustermgr.sim.results import Figures
 from clustermgr.sim.strategies import strategies, strategy

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from clustermgr.config import ProviderSettings
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import (
     CloudInstance,
     InstanceState,

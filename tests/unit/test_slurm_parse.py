@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from clustermgr.errors import WorkloadError
+from clustermgr.core.errors import WorkloadError
 from clustermgr.workload.base import parse_gpu_gres
 from clustermgr.workload.slurm import parse_sinfo_nodes
 

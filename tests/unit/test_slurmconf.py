@@ -4,13 +4,13 @@ from dataclasses import replace
 from pathlib import Path
 
 from clustermgr.config import load_settings
-from clustermgr.slurmconf import (
+from clustermgr.workload.base import WorkloadNode
+from clustermgr.workload.slurmconf import (
     InstanceFacts,
     check_against_slurm,
     render_slurm_conf,
     resume_timeout_s,
 )
-from clustermgr.workload.base import WorkloadNode
 from tests.conftest import EXAMPLE_CONFIG
 
 

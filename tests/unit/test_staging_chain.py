@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clustermgr.config import StagingRegionSettings, StagingSettings
-from clustermgr.staging.chain import build, with_dependency
+from clustermgr.staging.jobchain import build, with_dependency
 
 
 def test_the_three_argv_lists() -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.errors import StagingError
+from clustermgr.core.errors import StagingError
 from clustermgr.staging import areas, rsync_transport, rsyncd_auth
 from clustermgr.staging.rsyncd_auth import grant, password, staging_key
 

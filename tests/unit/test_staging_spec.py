@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.errors import UsageError
+from clustermgr.core.errors import UsageError
 from clustermgr.staging.checks import (
     area_path,
     check_quota,

@@ -12,7 +12,7 @@ import pytest
 
 from clustermgr.config import parse_settings
 from clustermgr.db.ownership import Ownership
-from clustermgr.lifecycle import NodeState
+from clustermgr.nodes.states import NodeState
 from clustermgr.providers.base import TAG_NODE, TAG_REQUEST, CloudInstance, InstanceState
 from clustermgr.scaling.observe import NodeRecord, Snapshot
 from clustermgr.scaling.reconcile import reconcile

@@ -8,8 +8,8 @@ import threading
 
 import pytest
 
-from clustermgr.progress import Progress
-from clustermgr.watchdog import Watchdog, watchdog_period
+from clustermgr.core.progress_marks import Progress
+from clustermgr.runtime.watchdog import Watchdog, watchdog_period
 
 
 class Clock:

@@ -13,8 +13,8 @@ import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
 
-from clustermgr import progress
 from clustermgr.config import ProviderSettings
+from clustermgr.core import progress_marks
 from clustermgr.providers.aws.kind import AwsOptions
 
 if TYPE_CHECKING:
@@ -87,16 +87,16 @@ class AwsClients:
             return self._sts
 
     def _mark_progress(self, client: Any, service: str) -> None:
-        """Each API call is a step of the cycle (clustermgr/progress.py): it names the call
+        """Each API call is a step of the cycle (clustermgr/progress_marks.py): it names the call
         when it starts (retries included, so a call hung past its timeouts shows as one
         step) and counts as progress when it returns."""
         name = self.name
 
         def started(model: Any = None, **_: Any) -> None:
-            progress.step(f"provider {name}: {service.upper()} {getattr(model, 'name', '?')}")
+            progress_marks.step(f"provider {name}: {service.upper()} {getattr(model, 'name', '?')}")
 
         def returned(**_: Any) -> None:
-            progress.beat()
+            progress_marks.beat()
 
         client.meta.events.register(f"before-call.{service}", started)
         client.meta.events.register(f"after-call.{service}", returned)

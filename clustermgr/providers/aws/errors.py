@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.skeleton import Failure, Sdk, first_line
 
 SDK_ERRORS: tuple[type[BaseException], ...] = (ClientError, BotoCoreError)

@@ -9,7 +9,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from clustermgr.config.options import ApiOptions
-from clustermgr.kinds import ProviderKind
+from clustermgr.core.kinds import ProviderKind
 
 
 class AwsOptions(ApiOptions):

@@ -33,7 +33,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from clustermgr.config import ProviderSettings
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.aws.client import MAX_WORKERS, AwsClients
 from clustermgr.providers.aws.errors import (
     NO_FLEET_API_CODES,

@@ -23,9 +23,9 @@ from azure.mgmt.network import NetworkManagementClient
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from clustermgr import progress
 from clustermgr.config import ProviderSettings
-from clustermgr.errors import ProviderError
+from clustermgr.core import progress_marks
+from clustermgr.core.errors import ProviderError
 from clustermgr.providers.azure.kind import AzureOptions
 from clustermgr.providers.skeleton import auth_error
 
@@ -136,7 +136,7 @@ class AzureClients:
 
 class ProgressMarks(SansIOHTTPPolicy[Any, Any]):
     """Each ARM call (a long operation's every poll included) is a step of the cycle
-    (clustermgr/progress.py): named when it starts, progress when it is answered."""
+    (clustermgr/progress_marks.py): named when it starts, progress when it is answered."""
 
     def __init__(self, provider: str) -> None:
         super().__init__()
@@ -144,12 +144,12 @@ class ProgressMarks(SansIOHTTPPolicy[Any, Any]):
 
     def on_request(self, request: PipelineRequest[Any]) -> None:
         method = request.http_request.method
-        progress.step(f"provider {self.provider}: Azure {method} {_operation(request)}")
+        progress_marks.step(f"provider {self.provider}: Azure {method} {_operation(request)}")
 
     def on_response(
         self, request: PipelineRequest[Any], response: PipelineResponse[Any, Any]
     ) -> None:
-        progress.beat()
+        progress_marks.beat()
 
 
 def _operation(request: PipelineRequest[Any]) -> str:

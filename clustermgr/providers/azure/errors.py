@@ -36,7 +36,7 @@ from azure.core.exceptions import (
     ServiceResponseError,
 )
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.skeleton import Failure, Sdk, first_line
 
 SDK_ERRORS: tuple[type[BaseException], ...] = (AzureError,)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pydantic import Field
 
 from clustermgr.config.options import ApiOptions
-from clustermgr.kinds import ProviderKind
+from clustermgr.core.kinds import ProviderKind
 
 
 class AzureOptions(ApiOptions):

@@ -10,10 +10,10 @@ from __future__ import annotations
 import os
 from typing import Protocol
 
-from clustermgr.errors import ProviderError
+from clustermgr.core.errors import ProviderError
+from clustermgr.core.secret import Secret
 from clustermgr.providers.bmc.shapes import BmcNode, Power
 from clustermgr.providers.skeleton import auth_error
-from clustermgr.secret import Secret
 
 
 class Driver(Protocol):

@@ -7,7 +7,7 @@ error classes and HTTP status); this is what both share.
 
 from __future__ import annotations
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.bmc.shapes import UNREACHABLE, BmcNode
 from clustermgr.providers.skeleton import Failure, Sdk
 

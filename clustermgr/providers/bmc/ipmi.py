@@ -26,14 +26,14 @@ import shutil
 import subprocess
 from typing import TYPE_CHECKING, ClassVar
 
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
+from clustermgr.core.secret import Secret
 from clustermgr.providers.bmc.client import Driver
 from clustermgr.providers.bmc.errors import BmcError, unreachable
 from clustermgr.providers.bmc.kind import IpmiOptions
 from clustermgr.providers.bmc.provider import PowerProvider
 from clustermgr.providers.bmc.shapes import UNREACHABLE, BmcNode, Power
 from clustermgr.providers.skeleton import Check, Failure, first_line
-from clustermgr.secret import Secret
 
 if TYPE_CHECKING:
     from clustermgr.config import ProviderSettings

@@ -13,8 +13,8 @@ from pydantic import Field, model_validator
 
 from clustermgr.config.base import NAME_PATTERN, StrictModel
 from clustermgr.config.providers import Credentials
-from clustermgr.hostlists import HostlistError, expand
-from clustermgr.kinds import ProviderKind
+from clustermgr.core.hostlists import HostlistError, expand
+from clustermgr.core.kinds import ProviderKind
 
 if TYPE_CHECKING:
     from clustermgr.config import ProviderSettings

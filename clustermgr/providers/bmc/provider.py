@@ -37,8 +37,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, ClassVar
 
-from clustermgr import progress
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core import progress_marks
+from clustermgr.core.errors import ErrorKind, ProviderError
+from clustermgr.core.secret import Secret
 from clustermgr.providers.base import (
     TAG_CLUSTER,
     TAG_FAULT,
@@ -71,7 +72,6 @@ from clustermgr.providers.skeleton import (
     auth_error,
     parallel,
 )
-from clustermgr.secret import Secret
 
 if TYPE_CHECKING:
     from clustermgr.config import ProviderSettings
@@ -184,7 +184,7 @@ class PowerProvider(CloudProvider[PowerPlan]):
         while True:
             if self.driver.status(node, password) is wanted:
                 return True
-            progress.beat()  # a soft-off that takes minutes is polled, not stalled
+            progress_marks.beat()  # a soft-off that takes minutes is polled, not stalled
             left = deadline - time.monotonic()
             if left <= 0:
                 return False

@@ -25,14 +25,14 @@ import sushy
 from sushy import auth as sushy_auth
 from sushy import exceptions as sushy_errors
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
+from clustermgr.core.secret import Secret
 from clustermgr.providers.bmc.client import Driver
 from clustermgr.providers.bmc.errors import BmcError, unreachable
 from clustermgr.providers.bmc.kind import RedfishOptions
 from clustermgr.providers.bmc.provider import PowerProvider
 from clustermgr.providers.bmc.shapes import UNREACHABLE, BmcNode, Power
 from clustermgr.providers.skeleton import Check, Failure, first_line
-from clustermgr.secret import Secret
 
 if TYPE_CHECKING:
     from clustermgr.config import ProviderSettings

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 
 
 def auth_error(message: str) -> ProviderError:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from clustermgr.config.base import StrictModel
-from clustermgr.kinds import ProviderKind
+from clustermgr.core.kinds import ProviderKind
 
 
 class LocalOptions(StrictModel):

@@ -62,7 +62,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar
 
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import (
     TAG_NODE,
     CheckResult,

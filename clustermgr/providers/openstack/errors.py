@@ -33,7 +33,7 @@ import openstack.exceptions
 import requests
 from keystoneauth1 import exceptions as ksa_exceptions
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.skeleton import Failure, Sdk, first_line
 
 SDK_ERRORS: tuple[type[BaseException], ...] = (

@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import Field
 
 from clustermgr.config.options import ApiOptions
-from clustermgr.kinds import ProviderKind
+from clustermgr.core.kinds import ProviderKind
 
 CLOUDS_FILES = (Path("~/.config/openstack/clouds.yaml"), Path("/etc/openstack/clouds.yaml"))
 

@@ -26,8 +26,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
-from clustermgr import progress
-from clustermgr.errors import ErrorKind, ProviderError
+from clustermgr.core import progress_marks
+from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import (
     TAG_NODE,
     TAG_REQUEST,
@@ -394,7 +394,7 @@ class Launcher:
         while waiting:
             time.sleep(timing.poll_interval_s)
             seen = {str(s.id): s for s in self.nova.our_servers()}
-            progress.beat()  # a build that takes minutes is polled, not stalled
+            progress_marks.beat()  # a build that takes minutes is polled, not stalled
             waiting = [t for t in waiting if not self.settle(t, seen.get(t.server_id or ""))]
             if waiting and time.monotonic() >= deadline:
                 for task in waiting:

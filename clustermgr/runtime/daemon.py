@@ -1,0 +1,545 @@
+"""The cm-scale service: APScheduler jobs, leadership, signals, heartbeat, sd_notify.
+
+- `scale` runs the full cycle every [daemon] interval_s, earlier when a hook pokes the
+  socket, then the director lifecycle's pass (with the cycle's demand; [[directors]]);
+  `director-sync` runs the image and LDAP syncs the pass queued for SYNCING directors, and
+  every [images] sync_interval_s those of every serving director, outside the scale lock
+  (runtime/director_sync.py): a long rsync never holds up a cycle;
+  `reconcile` runs observe + reconcile only; `catalog` refreshes instance types.
+  Jobs never overlap (one lock), so SIGTERM waits for the step in progress and exits:
+  a plan is never left half-applied.
+- Only the leader acts. The lock is re-checked before every act step (Engine.guard).
+- SIGHUP reloads the config; an invalid file is refused with one line and the old kept.
+- The heartbeat (file + database row) lets the hooks and `clustermgr status` see us; it
+  runs on its own schedule, so a long cycle does not make the daemon look dead.
+- systemd's watchdog is fed by its own thread while the running cycle makes progress
+  (clustermgr/runtime/watchdog.py): a cycle stuck in a call is restarted, a long busy one is not.
+- A step of the wall clock moves every running timer with it (scaling/clockstep.py) and
+  re-arms the scheduler, which plans by the wall clock.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import signal
+import socket
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Collection, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import FrameType
+
+from apscheduler.schedulers.background import BackgroundScheduler
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+
+from clustermgr.config import Settings, load_settings
+from clustermgr.config.exposure import exposed_secret_files
+from clustermgr.core.errors import ClusterMgrError, ErrorKind
+from clustermgr.core.pricing import price_of
+from clustermgr.core.progress_marks import PROGRESS
+from clustermgr.db.database import Database
+from clustermgr.db.models import DaemonStatus, Node
+from clustermgr.directors.health import PortsAndReplicas, Syncer
+from clustermgr.directors.lifecycle import DirectorLifecycle
+from clustermgr.mungekey.server import KeyServer, start_key_server
+from clustermgr.nodes.states import ACTIVE_CLOUD_STATES
+from clustermgr.providers.base import Provider
+from clustermgr.runtime import sdnotify
+from clustermgr.runtime.director_sync import DirectorSync
+from clustermgr.runtime.leader import LeaderLock, make_lock
+from clustermgr.runtime.metrics import Metrics, pending_gpus
+from clustermgr.runtime.statedir import (
+    LEADER_DIR,
+    SOCKET_MODE,
+    StateOwners,
+    create_private_file,
+    keep_journal_open,
+    prepare_state_dir,
+)
+from clustermgr.runtime.watchdog import Watchdog, stall_limit_warnings
+from clustermgr.scaling.clockstep import ClockWatch, shift_timers
+from clustermgr.scaling.engine import CycleReport, Engine
+from clustermgr.staging.director import staging_demand
+from clustermgr.staging.service import start_if_configured as start_staging_service
+from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET
+
+log = logging.getLogger("cm-scale")
+DIRECTOR_SYNC_POLL_S = 10.0
+# Pokes are coalesced: one early cycle at most every POKE_MIN_GAP_S, however many arrive
+# (a poke inside the gap is remembered and wakes the cycle when the gap ends).
+POKE_MIN_GAP_S = 2.0
+
+
+class Daemon:
+    def __init__(self, config_path: Path, settings: Settings, database: Database):
+        self.config_path = config_path
+        self.settings = settings
+        self.db = database
+        self.status_id = f"{socket.gethostname()}:{os.getpid()}"
+        self.actor = f"cm-scale@{self.status_id}"
+        self.engine = Engine(settings, database, actor=self.actor)
+        self.lock: LeaderLock = make_lock(database.url, settings.cluster.name, self.state_dir)
+        self.metrics = Metrics()
+        self.metrics_port: int | None = None
+        self.key_server: KeyServer | None = None  # the munge key to booting nodes
+        self.role = "standby"
+        self.work_lock = threading.Lock()
+        self.stop_event = threading.Event()
+        self.reload_event = threading.Event()
+        self.last_report: CycleReport | None = None
+        self.current_hourly_cost = 0.0  # set once per cycle, read by the heartbeat
+        self.standby_until = 0.0  # after losing leadership, let a standby take over
+        self.scheduler = BackgroundScheduler(timezone=UTC)
+        self.director_sync = DirectorSync(settings, database, wake=self._wake_director_sync)
+        self.last_scheduled_sync = 0.0  # time.monotonic() of the last full director sync
+        self.clock = ClockWatch()
+        self.unshifted_step_s = 0.0  # a clock step whose timers could not be moved yet
+        self.watchdog = Watchdog.for_systemd(settings.daemon.stall_timeout_s)
+        self.beat_lock = threading.Lock()  # the heartbeat job and a cycle's end share a file
+        self.owners: StateOwners | None = None  # set by run(), which makes the layout
+        self.standby_reported = False  # "another holds the lock" is said once per standby
+
+    @property
+    def state_dir(self) -> Path:
+        return self.settings.daemon.state_dir
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def run(self) -> int:
+        d = self.settings.daemon
+        self.owners = prepare_state_dir(
+            d.state_dir, self.settings.slurm.user, d.admin_group, self.db.url
+        )
+        journal = keep_journal_open(self.db.url)
+        self.metrics.prime(
+            [(t.name, t.provider) for t in self.settings.templates],
+            [*(k.value for k in ErrorKind), "CYCLE", "VANISHED", "BOOT_TIMEOUT", "HEALTH"],
+        )
+        if self.settings.daemon.metrics_port:
+            self.metrics_port = self.metrics.serve(
+                self.settings.daemon.metrics_address, self.settings.daemon.metrics_port
+            )
+        self.key_server = start_key_server(self.settings, self.db)
+        signal.signal(signal.SIGTERM, self._on_stop)
+        signal.signal(signal.SIGINT, self._on_stop)
+        signal.signal(signal.SIGHUP, self._on_reload)
+        self._schedule()
+        self.scheduler.start()
+        waker = threading.Thread(target=self._listen_for_pokes, name="wake", daemon=True)
+        waker.start()
+        staging = start_staging_service(self.settings, self.db)  # cmsub's channel (root)
+        sdnotify.ready(f"started as {self.role}")
+        self.watchdog.start()
+        self.heartbeat()
+        log.info("cm-scale started (pid %d, %s)", os.getpid(), self.status_id)
+        for warning in exposed_secret_files(self.settings, self.config_path):
+            log.warning("%s", warning.removeprefix("warning: "))
+        for warning in stall_limit_warnings(self.settings):
+            log.warning("%s", warning)
+        while not self.stop_event.is_set():
+            self.stop_event.wait(0.5)
+            with PROGRESS.running("the clock check"), self.work_lock:
+                self._follow_clock_step(move_timers=False)  # re-arm at once, move in a cycle
+            if self.reload_event.is_set():
+                self.reload_event.clear()
+                self.reload()
+        sdnotify.stopping()
+        log.info("stopping: waiting for the step in progress")
+        self.scheduler.shutdown(wait=True)
+        if staging is not None:
+            staging.stop()
+        with self.work_lock:  # a job that started just before shutdown
+            pass
+        self.watchdog.stop()
+        self.role = "stopped"
+        self.heartbeat()
+        self.lock.release()
+        if self.key_server is not None:
+            self.key_server.shutdown()
+            self.key_server.server_close()
+        (self.state_dir / SOCKET).unlink(missing_ok=True)
+        self.db.dispose()  # the last connection out checkpoints the WAL into the file
+        if journal is not None:
+            journal.close()
+        log.info("stopped cleanly")
+        return 0
+
+    def _schedule(self) -> None:
+        """(Re-)arm every periodic job (at start, on a reload, on a step of the clock): the
+        scale cycle at once, each other job at its next run already planned, or one period
+        from now when none is planned within a period (never next_run_time=None, which
+        APScheduler 3 takes as paused: the job would never run)."""
+        d = self.settings.daemon
+        now = datetime.now(UTC)
+        jobs: list[tuple[str, Callable[[], None], float]] = [
+            ("scale", self.scale_job, d.interval_s),
+            ("reconcile", self.reconcile_job, d.reconcile_interval_s),
+            ("catalog", self.catalog_job, d.catalog_refresh_s),
+            ("prune", self.prune_job, self.settings.database.prune_interval_s),
+            ("heartbeat", self.heartbeat, min(5.0, d.interval_s / 2)),
+        ]
+        if self.settings.directors:
+            # queued syncs are picked up at once (woken by the pass) or within this period
+            jobs.append(("director-sync", self.director_sync_job, DIRECTOR_SYNC_POLL_S))
+        elif self.scheduler.get_job("director-sync") is not None:  # reloaded without directors
+            self.scheduler.remove_job("director-sync")
+        for job_id, func, seconds in jobs:
+            self.scheduler.add_job(
+                func,
+                "interval",
+                seconds=seconds,
+                id=job_id,
+                max_instances=1,
+                coalesce=True,
+                next_run_time=now if job_id == "scale" else self._next_run(job_id, now, seconds),
+                replace_existing=True,
+                misfire_grace_time=None,
+            )
+
+    def _next_run(self, job_id: str, now: datetime, seconds: float) -> datetime:
+        """A re-armed job keeps its planned run when that is within one period (so frequent
+        reloads never starve an hourly job); one planned in the past (the clock stepped
+        forward) runs now; one too far ahead (the clock stepped back) moves to a period
+        from now."""
+        job = self.scheduler.get_job(job_id)
+        planned: datetime | None = getattr(job, "next_run_time", None)
+        period = timedelta(seconds=seconds)
+        if planned is None or planned > now + period:
+            return now + period
+        return max(planned, now)
+
+    def _on_stop(self, signum: int, _frame: FrameType | None) -> None:
+        self.stop_event.set()
+
+    def _on_reload(self, signum: int, _frame: FrameType | None) -> None:
+        self.reload_event.set()
+
+    def reload(self) -> None:
+        try:
+            settings = load_settings(self.config_path)
+            engine = Engine(settings, self.db, actor=self.actor)
+        except ClusterMgrError as exc:
+            log.error("reload refused, keeping the running config: %s", exc)
+            sdnotify.status(f"reload refused: {exc}")
+            return
+        with PROGRESS.running("the reload"), self.work_lock:
+            self.settings = settings
+            self.engine = engine
+            self.director_sync.settings = settings
+            self.watchdog.stall_limit_s = settings.daemon.stall_timeout_s
+            self._schedule()
+        log.info("configuration reloaded from %s", self.config_path)
+
+    def _listen_for_pokes(self) -> None:
+        """The hooks' wake-up socket: root:<SlurmUser's group> 0660 (made in the root-only
+        leader directory, then renamed into place, so it is never reachable looser)."""
+        assert self.owners is not None
+        path = self.state_dir / SOCKET
+        staging = self.state_dir / LEADER_DIR / ".sock"  # no longer than the final path
+        staging.unlink(missing_ok=True)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+            try:
+                sock.bind(str(staging))
+            except OSError as exc:  # a path over AF_UNIX's 108 bytes, say
+                log.error("hooks cannot wake the daemon: cannot bind %s: %s", staging, exc)
+                return
+            if os.geteuid() == 0:
+                os.chown(staging, 0, self.owners.slurm_gid)
+            staging.chmod(SOCKET_MODE)
+            os.replace(staging, path)
+            sock.settimeout(1.0)
+            last_wake = 0.0
+            pending = False
+            while not self.stop_event.is_set():
+                try:
+                    sock.recv(64)
+                    pending = True
+                except TimeoutError:
+                    pass
+                except OSError:
+                    return
+                if pending and time.monotonic() - last_wake >= POKE_MIN_GAP_S:
+                    pending = False
+                    last_wake = time.monotonic()
+                    self._wake_scale()
+                elif pending:
+                    sock.settimeout(max(0.05, last_wake + POKE_MIN_GAP_S - time.monotonic()))
+                    continue
+                sock.settimeout(1.0)
+
+    def _wake_scale(self) -> None:
+        job = self.scheduler.get_job("scale")
+        if job is not None:
+            job.modify(next_run_time=datetime.now(UTC))
+
+    # --- jobs ----------------------------------------------------------------------------
+
+    def _lead(self) -> bool:
+        was = self.role
+        if was == "leader" and not self.lock.still_leader():
+            # our lock (or its database session) is gone: step back for a few cycles so a
+            # standby takes over instead of both racing for the lock
+            self.standby_until = time.monotonic() + 3 * self.settings.daemon.interval_s
+            log.warning("lost the leader lock; standing by")
+        if time.monotonic() < self.standby_until:
+            self.role = "standby"
+        elif self.lock.try_acquire():
+            self.role = "leader"
+            self.standby_reported = False
+        else:
+            self.role = "standby"
+            if not self.standby_reported:
+                self.standby_reported = True
+                log.warning("standing by: the leader lock is held by %s", self.lock.holder())
+        if self.role != was:
+            log.info("now %s", self.role)
+        self.metrics.leader.set(1 if self.role == "leader" else 0)
+        return self.role == "leader"
+
+    def scale_job(self) -> None:
+        self._run_cycle(decide=True)
+
+    def reconcile_job(self) -> None:
+        self._run_cycle(decide=False)
+
+    def _run_cycle(self, decide: bool) -> None:
+        if self.stop_event.is_set():
+            return
+        with PROGRESS.running("scale cycle" if decide else "reconcile"), self.work_lock:
+            PROGRESS.step("the leader check")
+            self._follow_clock_step()  # before any timer is judged
+            if not self._lead():
+                return
+            self.engine.guard = self.lock.still_leader
+            report = self.engine.cycle(decide=decide)
+            if decide and self.settings.directors and self.lock.still_leader():
+                PROGRESS.step("the director pass")
+                report.directors = self.run_directors(report)
+            PROGRESS.step("the cycle's metrics")
+            self.last_report = report
+            self.metrics.observe_cycle(report)
+            self._observe_nodes()
+            log.info(
+                "%s: %s (%.2f s)",
+                "cycle" if decide else "reconcile",
+                report.summary(),
+                report.duration_s,
+            )
+            sdnotify.status(f"{self.role}: {report.summary()}")
+        self.heartbeat()
+
+    def _follow_clock_step(self, move_timers: bool = True) -> None:
+        """On a step of the wall clock (scaling/clockstep.py) the scheduler, which plans by
+        the wall clock, is re-armed at once, and the leader moves every running timer by
+        it before its next cycle judges one (a failed move is retried by the next cycle,
+        not every half second). Called with the work lock held."""
+        step = self.clock.step()
+        if step is not None:
+            self.unshifted_step_s += step
+            self._schedule()
+        if not self.unshifted_step_s or not move_timers:
+            return
+        if self.role != "leader" or not self.lock.still_leader():
+            log.warning(
+                "the wall clock stepped by %.0f s; standing by, the leader moves the timers",
+                self.unshifted_step_s,
+            )
+            self.unshifted_step_s = 0.0
+            return
+        try:
+            report = shift_timers(self.db, self.settings, self.unshifted_step_s)
+        except (ClusterMgrError, SQLAlchemyError) as exc:
+            log.error("the wall clock stepped; timers not moved yet, will retry: %s", exc)
+            return
+        self.unshifted_step_s = 0.0
+        log.warning("%s", report.line())
+        sdnotify.status(f"{self.role}: {report.line()}")
+
+    def run_directors(self, report: CycleReport) -> str:
+        """The director lifecycle's pass, after the cycle (it reads the cycle's demand);
+        the syncs it asks for run in the director-sync job."""
+        return director_pass(
+            self.settings,
+            self.db,
+            self.engine.provider,
+            [self.director_sync],
+            report.demand,
+            self.actor,
+        )
+
+    def _wake_director_sync(self) -> None:
+        job = self.scheduler.get_job("director-sync")
+        if job is not None:
+            job.modify(next_run_time=datetime.now(UTC))
+
+    def director_sync_job(self) -> None:
+        """The syncs the lifecycle queued, then, every [images] sync_interval_s, those of
+        every serving director. Leader only; never under the scale lock."""
+        if self.stop_event.is_set() or self.role != "leader" or not self.lock.still_leader():
+            return
+        with PROGRESS.quiet():  # a long rsync is not the cycle's progress, nor its stall
+            lines = self.director_sync.run_queued()
+            due = self.last_scheduled_sync + self.settings.images.sync_interval_s
+            if time.monotonic() >= due:
+                self.last_scheduled_sync = time.monotonic()
+                lines += self.director_sync.sync_scheduled()
+        for line in lines:
+            log.info("director sync: %s", line)
+
+    def catalog_job(self) -> None:
+        from clustermgr.providers.catalog import store_catalog
+
+        with PROGRESS.running("catalog refresh"), self.work_lock:
+            if self.role != "leader":
+                return
+            for name in sorted({t.provider for t in self.settings.templates}):
+                PROGRESS.step(f"the catalog of {name}")
+                try:
+                    types = self.engine.provider(name).catalog()
+                    with self.db.session() as session:
+                        store_catalog(session, self.settings, name, types)
+                except ClusterMgrError as exc:
+                    log.warning("catalog refresh of %s failed: %s", name, exc)
+
+    def prune_job(self) -> None:
+        from clustermgr.db.retention import prune
+
+        with PROGRESS.running("database prune"), self.work_lock:
+            if self.role != "leader":
+                return
+            days = self.settings.database.retention_days
+            try:
+                pruned = prune(self.db, days, datetime.now(UTC))
+            except ClusterMgrError as exc:
+                log.warning("database prune failed: %s", exc)
+                return
+            log.info("database prune: older than %g days: %s", days, pruned.summary())
+
+    def _observe_nodes(self) -> None:
+        counts: Counter[tuple[str, str, str]] = Counter()
+        with self.db.session() as session:
+            for state, template, provider in session.execute(
+                select(Node.state, Node.template, Node.provider).where(Node.kind == "cloud")
+            ):
+                counts[(state, template or "", provider or "")] += 1
+        self.metrics.observe_nodes(counts)
+        self.current_hourly_cost = self.hourly_cost()
+        self.metrics.hourly_cost.set(self.current_hourly_cost)
+
+    def hourly_cost(self) -> float:
+        """$/hour of every cloud node holding an instance now (the one pricing function)."""
+        total = 0.0
+        with self.db.session() as session:
+            rows = session.execute(
+                select(Node.template, Node.instance_type, Node.market).where(
+                    Node.state.in_([s.value for s in ACTIVE_CLOUD_STATES])
+                )
+            )
+            for template_name, itype, market in rows:
+                try:
+                    template = self.settings.template(template_name or "")
+                except ClusterMgrError:
+                    continue
+                total += price_of(template.price_table, template.instance_types, itype, market)
+        return total
+
+    def heartbeat(self) -> None:
+        """The heartbeat job (and the end of every cycle): the file the hooks read and the
+        row `clustermgr status` reads, each naming a stall while one holds the watchdog."""
+        with PROGRESS.quiet(), self.beat_lock:  # its commit is not the cycle's progress
+            self._beat()
+
+    def _beat(self) -> None:
+        now = datetime.now(UTC)
+        report = self.last_report
+        view = report.view if report else None
+        stall = self.watchdog.stalled
+        beat: dict[str, object] = {
+            "pid": os.getpid(),
+            "host": socket.gethostname(),
+            "role": self.role,
+            "at": now.isoformat(),
+            **({"stalled": stall.line()} if stall else {}),
+        }
+        try:
+            write_heartbeat(self.state_dir, beat, self.owners)
+        except OSError as exc:  # disk full, say: the database row below still says we live
+            log.warning("heartbeat file not written in %s: %s", self.state_dir, exc.strerror)
+        try:
+            with self.db.session() as session:
+                row = session.get(DaemonStatus, self.status_id) or DaemonStatus(
+                    id=self.status_id, host=beat["host"], pid=os.getpid(), started_at=now
+                )
+                row.role = self.role
+                row.heartbeat_at = now
+                if report is not None:
+                    row.last_cycle_at = report.started
+                    row.last_cycle_ok = report.error is None
+                    row.last_cycle_summary = report.summary()[:1000]
+                    row.last_cycle_duration_s = report.duration_s
+                if stall is not None:
+                    before = f"; the cycle before: {report.summary()}" if report else ""
+                    row.last_cycle_summary = f"{stall.line()}{before}"[:1000]
+                if view is not None:
+                    row.pending_jobs = sum(j.array_tasks for j in view.pending)
+                    row.pending_gpus = pending_gpus(view)
+                row.hourly_cost = self.current_hourly_cost
+                session.add(row)
+        except ClusterMgrError as exc:
+            log.warning("heartbeat not recorded in the database: %s", exc)
+
+
+def director_pass(
+    settings: Settings,
+    database: Database,
+    provider_of: Callable[[str], Provider],
+    syncers: Sequence[Syncer],
+    demand: Collection[str],
+    actor: str,
+) -> str:
+    """One pass of the director lifecycle with the default health check (what cm-scale and
+    `cm-scale --once` run after a cycle); its summary."""
+    lifecycle = DirectorLifecycle(
+        settings,
+        database,
+        provider_of,
+        PortsAndReplicas(settings, database),
+        syncers=syncers,
+        actor=actor,
+    )
+    try:
+        done = lifecycle.run({*demand, *staging_demand(settings, database)})
+    except ClusterMgrError as exc:
+        log.warning("director pass failed: %s", exc)
+        return f"failed: {exc}"
+    for line in done.moves + done.errors:
+        log.info("director %s", line)
+    return done.summary()
+
+
+def write_heartbeat(
+    state_dir: Path, beat: dict[str, object], owners: StateOwners | None = None
+) -> None:
+    """The heartbeat file: root's, group-readable by the admins (statedir.py); the hooks
+    only stat it for its age."""
+    path = state_dir / HEARTBEAT_FILE
+    partial = state_dir / f".{HEARTBEAT_FILE}.tmp"
+    gid, mode = (owners.reader_gid, owners.reader_mode) if owners else (0, 0o600)
+    partial.unlink(missing_ok=True)
+    fd = create_private_file(partial, gid, mode)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(beat))
+    os.replace(partial, path)
+
+
+def heartbeat_age(state_dir: Path) -> float | None:
+    """Seconds since the last heartbeat, or None when there is none."""
+    try:
+        return time.time() - (state_dir / HEARTBEAT_FILE).stat().st_mtime
+    except OSError:
+        return None
