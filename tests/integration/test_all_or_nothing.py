@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.errors import ErrorKind
+from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.base import ALL_OR_NOTHING, InstanceState, LaunchSpec
 from tests.fakes.harness import ContractHarness
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from clustermgr.config import PolicyRef, TemplateSettings, parse_settings
-from clustermgr.lifecycle import NodeState
+from clustermgr.nodes.states import NodeState
 from clustermgr.policy import NodeView, TemplateView
 from clustermgr.policy.decision import Launch, ScaleDecision
 from clustermgr.scaling.clamp import clamp
