@@ -562,10 +562,15 @@ def test_two_jobs_of_four_against_capacity_for_six_launch_exactly_one_job(
     assert "fallback covers 0 of 4 nodes (aws-b: 2 of 4 nodes" in history[-2]["reason"]
     for job in (first, second):
         assert lab.job(job, "JobState") in ("CONFIGURING", "PENDING")
-    deadline = time.monotonic() + 30
-    while not all(lab.node(n)["State"].startswith(("ALLOC", "MIXED")) for n in launched):
-        assert time.monotonic() < deadline, [lab.node(n)["State"] for n in launched]
-        time.sleep(0.5)
+    deadline = time.monotonic() + 60  # Slurm's SuspendTimeout (20 s) frees the failed slots
+
+    def settled() -> bool:
+        busy = all(lab.node(n)["State"].startswith(("ALLOC", "MIXED")) for n in launched)
+        return busy and not any("POWERING_DOWN" in lab.node(n)["State"] for n in failed)
+
+    while not settled():
+        assert time.monotonic() < deadline, [lab.node(n)["State"] for n in launched + failed]
+        time.sleep(1)
     fleets = lab.fake.calls().get("CreateFleet", 0)
     out = lab.once()
     assert "failed 4" in out, out  # launched for again: still no capacity for all four

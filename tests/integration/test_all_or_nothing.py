@@ -4,6 +4,7 @@ a job's nodes start together on one type or not at all, and nothing is left runn
 from __future__ import annotations
 
 import importlib
+import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
@@ -63,5 +64,6 @@ def test_two_jobs_of_four_against_capacity_for_six_start_exactly_one_job(
     assert two.instances == [] and two.missing == 4
     reason = two.errors[0]
     assert (reason.kind, reason.code) == (ErrorKind.CAPACITY, ALL_OR_NOTHING)
-    assert "all-or-nothing: got 0 of 4" in reason.reason()
+    # AWS starts none (MinTargetCapacity); Azure and OpenStack start 2 and release them
+    assert re.search(r"all-or-nothing: got [02] of 4\b", reason.reason()), reason
     assert len(running(harness)) == 4
