@@ -1,7 +1,6 @@
 """Jobs burst onto local-provider nodes (real slurmd in network namespaces) through
 repeated `cm-scale --once`, complete, and the nodes scale back down. Slurm mode here (with
-a 2-node job, launched all or nothing, and GPUs); policy mode runs through the daemon on
-every cloud in test_clouds.py."""
+a 2-node job and GPUs); policy mode runs through the daemon on every cloud in test_clouds.py."""
 
 from __future__ import annotations
 
@@ -52,8 +51,4 @@ def test_slurm_mode_jobs_complete_then_nodes_power_down(slurm_mode_lab: BurstLab
     lab.run_until(scaled_down, timeout_s=180, pause_s=3)
     history = json.loads(lab.clustermgr("events", "--since", "1h", "--json").stdout)
     assert any(e["new_state"] == "BOOTING" for e in history)
-    # the GPU template is all-or-nothing: the 2-node job's nodes, as SLURM_RESUME_FILE named
-    # them, were one launch (and the job ran on them, above)
-    together = f"Slurm resume request for job {jobs[4]}: 2 nodes together"
-    assert sum(e["reason"] == together for e in history) == 2, history
     assert any(e["new_state"] == "POWERED_DOWN" and e["old_state"] == "STOPPING" for e in history)
