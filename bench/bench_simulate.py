@@ -15,8 +15,7 @@ from pathlib import Path
 from _common import REPO, fail, parser
 
 from clustermgr.config import load_settings
-from clustermgr.sim.replay import Replay
-from clustermgr.sim.strategies import strategies
+from clustermgr.sim.strategies import replay_of, strategies
 from clustermgr.sim.traces import read_trace
 
 CONFIG = REPO / "etc" / "simulate" / "cpu-cluster.toml"
@@ -45,11 +44,11 @@ def replay_all(trace_path: Path, onprem: int, procs_per_node: int = 1) -> None:
     print(f"{trace_path.name}: {len(trace.jobs):,} jobs, {onprem} on-prem nodes")
     for strategy in strategies(settings, [], compare=True):
         started = time.perf_counter()
-        figures = Replay(settings, trace, strategy, onprem).run().figures()
+        figures = replay_of(settings, trace, strategy, onprem).run().figures()
         took = time.perf_counter() - started
         wait_min = figures.wait_mean_s / 60
         print(
-            f"  {strategy.name:<9} {took:6.1f} s   cost ${figures.cost:>12,.0f}   "
+            f"  {strategy.name:<11} {took:6.1f} s   cost ${figures.cost:>12,.0f}   "
             f"paid/used {figures.paid_per_used or 0:5.3f}   mean wait {wait_min:8.1f} min"
         )
 

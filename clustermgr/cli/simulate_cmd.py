@@ -39,9 +39,11 @@ REJECTED_SHOWN = 20
     "policies",
     multiple=True,
     metavar="NAME",
-    help="static, reactive, bound, default (the config's chain) or a+b+c; repeatable.",
+    help="static, reactive, bound, clairvoyant, default (the config's chain) or a+b+c; repeatable.",
 )
-@click.option("--compare", is_flag=True, help="Add the static, reactive and bound baselines.")
+@click.option(
+    "--compare", is_flag=True, help="Add the static, reactive, bound and clairvoyant baselines."
+)
 @click.option(
     "--onprem-nodes",
     type=click.IntRange(min=0),
@@ -86,10 +88,10 @@ def simulate(
 ) -> None:
     """Replay a trace through the real policy chain and the baselines: cost, wait, plots."""
     from clustermgr.config import load_settings
-    from clustermgr.sim.plot import check_target, write_plot
-    from clustermgr.sim.replay import Replay
-    from clustermgr.sim.strategies import strategies
-    from clustermgr.sim.traces import read_trace
+    from clustermgr.sim.clairvoyant import waste_captured
+    from clustermgr.sim.plot import PlotRun, check_target, write_plot
+    from clustermgr.sim.strategies import replay_of, strategies
+    from clustermgr.sim.traces import read_trace, rejected_by_reason
 
     settings = load_settings(config_file) if config_file else app.settings()
     if seed is not None:
@@ -112,12 +114,16 @@ def simulate(
     if nodes is None:
         nodes = settings.simulate.onprem_nodes or max(job.nodes for job in trace.jobs)
     runs = []
+    drawn = []
     for strategy in chosen:
         started = time.monotonic()
         if sys.stderr.isatty() and not as_json:
             click.echo(f"replaying {len(trace.jobs):,} jobs: {strategy.name} ...", err=True)
-        outcome = Replay(settings, trace, strategy, nodes, scale_time).run()
-        runs.append((outcome.figures(), outcome.timeline, time.monotonic() - started))
+        outcome = replay_of(settings, trace, strategy, nodes, scale_time).run()
+        figures = outcome.figures()
+        runs.append((figures, outcome.timeline, time.monotonic() - started))
+        if plot_path is not None:
+            drawn.append(PlotRun(figures, outcome.timeline, outcome.waits))
     facts = {
         "trace": str(trace_path),
         "format": trace.format,
@@ -127,22 +133,38 @@ def simulate(
         "scale_time": scale_time,
         "seed": settings.simulate.seed,
     }
+    captured = waste_captured({f.strategy: f.cost for f, _, _ in runs})
     if plot_path is not None:
         title = f"{trace_path.name}: {nodes} on-prem nodes, scale-time {scale_time:g}"
-        write_plot(plot_path, title, [(figures, timeline) for figures, timeline, _ in runs])
+        write_plot(plot_path, title, drawn)
     if as_json:
         from clustermgr.cli.output import emit_json
 
         rejected = [{"line": r.line, "why": r.why} for r in trace.rejected[:REJECTED_SHOWN]]
-        results = [{**f.as_json(), "replay_s": round(s, 2)} for f, _, s in runs]
-        emit_json({**facts, "rejected_first": rejected, "results": results})
+        results = [
+            {
+                **f.as_json(),
+                "waste_captured": _rounded(captured[f.strategy]),
+                "replay_s": round(s, 2),
+            }
+            for f, _, s in runs
+        ]
+        by_reason = rejected_by_reason(trace.rejected)
+        emit_json(
+            {
+                **facts,
+                "rejected_by_reason": by_reason,
+                "rejected_first": rejected,
+                "results": results,
+            }
+        )
         return
     click.echo(
         f"{trace_path.name} ({trace.format}): {len(trace.jobs):,} jobs, "
         f"{nodes} on-prem nodes, scale-time {scale_time:g}, seed {settings.simulate.seed}"
     )
     power = settings.simulate.onprem_suspend_after_s is not None
-    _table([(f, s) for f, _, s in runs], ROWS + (POWER_ROWS if power else []))
+    _table([(f, s) for f, _, s in runs], ROWS + (POWER_ROWS if power else []), captured)
     if plot_path is not None:
         click.echo(f"plot written to {plot_path}")
 
@@ -150,7 +172,7 @@ def simulate(
 ROWS: list[tuple[str, str]] = [
     ("jobs completed", "completed"),
     ("never started", "never_started"),
-    ("skipped (fit no on-prem node)", "unrunnable"),
+    ("never run (fits no pool)", "unrunnable"),
     ("jobs run in the cloud", "cloud_jobs"),
     ("paid cloud node-hours", "paid_node_hours"),
     ("cost ($)", "cost"),
@@ -178,7 +200,15 @@ POWER_ROWS: list[tuple[str, str]] = [
 ]
 
 
-def _table(runs: list[tuple[Any, float]], rows: list[tuple[str, str]]) -> None:
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 4)
+
+
+def _table(
+    runs: list[tuple[Any, float]],
+    rows: list[tuple[str, str]],
+    captured: dict[str, float | None],
+) -> None:
     from rich.console import Console
     from rich.table import Table
     from rich.text import Text
@@ -189,6 +219,9 @@ def _table(runs: list[tuple[Any, float]], rows: list[tuple[str, str]]) -> None:
         table.add_column(Text(figures.strategy), justify="right")  # a name, not markup
     for label, key in rows:
         table.add_row(label, *(_show(key, getattr(f, key)) for f, _ in runs))
+        if key == "cost" and any(value is not None for value in captured.values()):
+            shown = (captured[f.strategy] for f, _ in runs)
+            table.add_row("waste captured", *("-" if v is None else f"{v:.0%}" for v in shown))
     table.add_row("replay time", *(f"{seconds:.1f} s" for _, seconds in runs))
     Console(soft_wrap=False, width=max(120, Console().width)).print(table)
     errors = [f for f, _ in runs if f.last_policy_error]
@@ -200,7 +233,9 @@ def _show(key: str, value: Any) -> str:
     if value is None:
         return "-"
     if key.startswith("wait_"):
-        return _duration(value)
+        from clustermgr.sim.results import readable_duration
+
+        return readable_duration(value)
     if key.endswith("utilisation"):
         return f"{value:.1%}"
     if key == "cost" or isinstance(value, float):
@@ -208,11 +243,3 @@ def _show(key: str, value: Any) -> str:
     if key in ("paid_per_used", "bounded_slowdown"):
         return f"{value:.3f}"
     return f"{value:,}"
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.1f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -91,7 +91,8 @@ class SimulateSettings(StrictModel):
     """`clustermgr simulate` only: the modelled on-prem partition and cloud behaviour."""
 
     onprem_nodes: int | None = Field(None, ge=0)  # default: the trace's largest job
-    onprem_cpus: int | None = Field(None, ge=1)  # node shape; default: the first template's
+    # node shape; default: an SWF trace's processors per node, else the first template's
+    onprem_cpus: int | None = Field(None, ge=1)
     onprem_gpus: int | None = Field(None, ge=0)
     onprem_memory_mb: int | None = Field(None, ge=1)
     boot_delay_s: dict[str, float] = {}  # per template: launch -> joins Slurm

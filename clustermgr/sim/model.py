@@ -126,6 +126,10 @@ class Pool:
         if resumable:
             yield from self.dormant()
 
+    def holds(self, job: SimJob, most: int) -> bool:
+        """`job` fits this pool's shape and `most` of its nodes (the most it may have)."""
+        return job.nodes <= min(len(self.nodes), most) and job.fits_shape(self.shape)
+
     def dormant(self) -> Iterator[SimNode]:
         return (node for node in self.nodes if node not in self.active)
 

@@ -74,7 +74,7 @@ class Replay:
         self.rng = random.Random(self.sim.seed)  # noqa: S311  # a replayable model, not a secret
         self.origin = trace.origin or DEFAULT_ORIGIN
         self.templates: dict[str, TemplateView] = template_views(settings)
-        self.onprem = self._onprem_pool(onprem_nodes)
+        self.onprem = self._onprem_pool(onprem_nodes, trace.procs_per_node)
         self.pools = [self.onprem] + (
             [] if strategy.kind == "static" else [self._cloud_pool(t) for t in self.templates]
         )
@@ -87,7 +87,6 @@ class Replay:
             dict.fromkeys([ONPREM, *(t.partition for t in self.templates.values())])
         )
         self.outcome = Outcome(strategy=strategy.name, onprem_idle_kw=self.sim.onprem_idle_kw)
-        self.jobs = self._jobs(trace, scale_time)
         self.queue: list[SimJob] = []
         self.events: list[tuple[float, int, int, object, int]] = []
         self._seq = 0
@@ -104,13 +103,14 @@ class Replay:
         self._active: dict[SimNode, None] = {}  # launched cloud nodes, in launch order
         self._requested: dict[int, SimJob] = {}  # jobs on slots Slurm asked to resume
         self._open_rate = self._open_offset = 0.0  # $/s of the nodes up, and its offset
+        self.jobs = self._jobs(trace, scale_time)
 
     # --- setup -------------------------------------------------------------------------
 
-    def _onprem_pool(self, count: int) -> Pool:
+    def _onprem_pool(self, count: int, procs_per_node: int | None) -> Pool:
         first = next(iter(self.templates.values()), None)
-        shape = Shape(
-            self.sim.onprem_cpus or (first.cpus if first else 1),
+        shape = Shape(  # an SWF trace's node has its processors; else the first template's
+            self.sim.onprem_cpus or procs_per_node or (first.cpus if first else 1),
             self.sim.onprem_gpus
             if self.sim.onprem_gpus is not None
             else (first.gpus if first else 0),
@@ -139,6 +139,7 @@ class Replay:
 
     def _jobs(self, trace: Trace, scale_time: float) -> list[SimJob]:
         jobs = []
+        most = {p.name: self._room(p) if p.cloud else len(p.nodes) for p in self.pools}
         for index, job in enumerate(trace.jobs):
             sim_job = SimJob(
                 index=index,
@@ -153,8 +154,8 @@ class Replay:
                 user=job.user,
                 pending=None,  # type: ignore[arg-type]  # set below, once fit is known
             )
-            if job.nodes > len(self.onprem.nodes) or not sim_job.fits_shape(self.onprem.shape):
-                self.outcome.unrunnable += 1
+            if not any(pool.holds(sim_job, most[pool.name]) for pool in self.pools):
+                self.outcome.unrunnable += 1  # fits no pool of this strategy: never runs
                 continue
             sim_job.pending = self._pending(sim_job)
             jobs.append(sim_job)

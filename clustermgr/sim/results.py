@@ -78,6 +78,11 @@ class Outcome:
         key = (when.year, when.month)
         self._month_cost[key] = self._month_cost.get(key, 0.0) + cost
 
+    def clear_bill(self) -> None:
+        """Forget what was paid (a baseline that pays its own way then pays again)."""
+        self.paid_node_s = self.cost = 0.0
+        self._month_cost.clear()
+
     def month_spend(self, now: datetime) -> float:
         return self._month_cost.get((now.year, now.month), 0.0)
 
@@ -176,3 +181,12 @@ def quantile(ordered: list[float], q: float) -> float:
         return 0.0
     rank = max(0, math.ceil(q * len(ordered)) - 1)
     return ordered[rank]
+
+
+def readable_duration(seconds: float) -> str:
+    """`45 s`, `12.5 min` or `3.2 h`: a wait as a person reads it."""
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"

@@ -1,6 +1,7 @@
 """What `--policy` names: a built-in baseline, the config's chain, or a chain of policies.
 
-- `static`, `reactive`, `bound`: the baselines (see clustermgr.sim.replay).
+- `static`, `reactive`, `bound`: the baselines (see clustermgr.sim.replay); `clairvoyant`:
+  reactive's schedule paid as the offline optimum would (clustermgr.sim.clairvoyant).
 - `default`: the configuration's own `[policy] chain`, exactly as cm-scale runs it.
 - `a+b+c`: a chain of policies by name (built in, entry point, or a `path` policy of the
   config); each takes its options from the config's chain when it is there, else from
@@ -12,9 +13,11 @@ from __future__ import annotations
 from clustermgr.config import PolicyRef, Settings
 from clustermgr.core.errors import UsageError
 from clustermgr.policy.loader import load_chain
-from clustermgr.sim.replay import Strategy
+from clustermgr.sim.clairvoyant import ClairvoyantReplay
+from clustermgr.sim.replay import Replay, Strategy
+from clustermgr.sim.traces import Trace
 
-BASELINES = ("static", "reactive", "bound")
+BASELINES = ("static", "reactive", "bound", "clairvoyant")
 DEFAULT = "default"
 
 
@@ -47,3 +50,12 @@ def strategy(settings: Settings, name: str) -> Strategy:
         configured.get(part) or PolicyRef(name=part, options=extra.get(part, {})) for part in parts
     )
     return Strategy(name, "policy", chain)
+
+
+def replay_of(
+    settings: Settings, trace: Trace, chosen: Strategy, onprem_nodes: int, scale_time: float = 1.0
+) -> Replay:
+    """The replay that runs `chosen` (the clairvoyant baseline re-prices reactive's)."""
+    if chosen.kind == "clairvoyant":
+        return ClairvoyantReplay(settings, trace, chosen, onprem_nodes, scale_time)
+    return Replay(settings, trace, chosen, onprem_nodes, scale_time)

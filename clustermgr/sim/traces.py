@@ -30,7 +30,9 @@ from __future__ import annotations
 import gzip
 import json
 import math
+import re
 import zlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -68,6 +70,19 @@ class Rejected:
     line: int  # 1-based line number (sacct --json: 1-based index in the jobs list)
     why: str
 
+    @property
+    def reason(self) -> str:
+        """`why` without its values (numbers, quoted cells): what lines are counted by."""
+        return _VALUES.sub("N", self.why)
+
+
+_VALUES = re.compile(r"'[^']*'|\"[^\"]*\"|-?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def rejected_by_reason(rejected: list[Rejected]) -> dict[str, int]:
+    """How many lines were rejected for each reason, the commonest first."""
+    return dict(Counter(r.reason for r in rejected).most_common())
+
 
 @dataclass(frozen=True)
 class Trace:
@@ -76,6 +91,7 @@ class Trace:
     jobs: list[TraceJob]
     rejected: list[Rejected]
     origin: datetime | None  # absolute time of submit_s == 0, when the trace knows it
+    procs_per_node: int | None = None  # SWF: the processors of one of its nodes
 
 
 # A job before submit times are made relative: (submit, job_id, nodes, cpus, gpus, memory_mb,
@@ -114,7 +130,8 @@ def read_trace(path: Path, fmt: str | None = None, *, procs_per_node: int = 1) -
     rows.sort(key=itemgetter(0))  # stable: equal submits keep file order
     t0 = rows[0][0]
     jobs = [TraceJob(j, s - t0, n, c, g, m, q, r, p, u) for s, j, n, c, g, m, q, r, p, u in rows]
-    return Trace(str(path), kind, jobs, rejected, _origin(origin, t0))
+    per_node = procs_per_node if kind == "swf" else None
+    return Trace(str(path), kind, jobs, rejected, _origin(origin, t0), per_node)
 
 
 def _origin(base: float | None, t0: float) -> datetime | None:

@@ -40,9 +40,13 @@ def test_compare_prints_every_strategy_and_writes_the_plot(tmp_path: Path) -> No
     assert done.returncode == 0, done.stderr
     header = done.stdout.splitlines()[0]
     assert header == "busy.swf.gz (swf): 4 jobs, 2 on-prem nodes, scale-time 1, seed 1"
-    for column in ("static", "reactive", "bound", "default"):
+    for column in ("static", "reactive", "bound", "clairvoyant", "default"):
         assert column in done.stdout
     assert "paid cloud node-hours" in done.stdout and "wait p95" in done.stdout
+    # two jobs burst for an hour each; reactive idles 10 minutes after each, the floor not
+    (row,) = [line for line in done.stdout.splitlines() if "waste captured" in line]
+    captured = [cell.strip() for cell in row.split("│")[1:]]
+    assert captured[:4] == ["-", "0%", "200%", "100%"]  # static, reactive, bound, clairvoyant
     assert "1 line rejected (first: line 6: run time -1 (unknown))" in done.stderr
     assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
@@ -51,15 +55,21 @@ def test_json_holds_the_figures_and_the_rejected_lines(tmp_path: Path) -> None:
     trace = busy_trace(tmp_path / "busy.swf")
     done = run_cli(
         "simulate", "--config", CPU_CONFIG, "--trace", str(trace), "--onprem-nodes", "2",
-        "--policy", "reactive", "--policy", "queue_depth+idle_timeout", "--json",
+        "--policy", "reactive", "--policy", "clairvoyant", "--policy", "queue_depth+idle_timeout",
+        "--json",
         "--plot", str(tmp_path / "out.html"),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["jobs"] == 4 and report["onprem_nodes"] == 2
     assert report["rejected_first"] == [{"line": 6, "why": "run time -1 (unknown)"}]
+    assert report["rejected_by_reason"] == {"run time N (unknown)": 1}
     by_name = {r["strategy"]: r for r in report["results"]}
-    assert set(by_name) == {"reactive", "queue_depth+idle_timeout"}
+    assert set(by_name) == {"reactive", "clairvoyant", "queue_depth+idle_timeout"}
+    # the floor pays each node's boot and hour, no idle tail: 2 * 4200 s
+    assert by_name["clairvoyant"]["paid_node_hours"] == round(2 * 4200 / 3600, 4)
+    assert by_name["clairvoyant"]["waste_captured"] == 1.0
+    assert by_name["reactive"]["waste_captured"] == 0.0
     reactive = by_name["reactive"]
     # two jobs burst: each pays its 600 s boot, its hour and 600 idle seconds
     assert reactive["cloud_jobs"] == 2

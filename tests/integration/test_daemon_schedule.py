@@ -320,7 +320,9 @@ def test_reloads_more_frequent_than_a_job_do_not_starve_it(lab: Lab) -> None:
         lab.daemon.send_signal(signal.SIGHUP)
         time.sleep(1)
         catalog.add(lab.query("SELECT max(updated_at) FROM instance_types")[0][0])
-    assert len(lab.lines("configuration reloaded")) >= 8
+    # more reloads than 12 s / the 4 s period: each re-arm came before the job's next run
+    # was due (a loaded machine handles fewer than the 12 signals sent)
+    assert len(lab.lines("configuration reloaded")) >= 4
     assert len(lab.lines("reconcile: ")) >= 2, lab.said()[-3000:]
     assert len(catalog - {None}) >= 2, catalog
 

@@ -231,7 +231,6 @@ def test_pull_full_sync_of_10000_then_incremental_of_10(
     full = sync_director(database, settings, target(database))
     assert (full.mode, full.state, full.full) == ("pull", "ok", True), full.summary()
     assert full.added == 10000 and full.entries == 10002  # and the two ou entries
-    assert full.duration_s < 30
     assert read(replica, f"uid=user07999,{PEOPLE}", "uidNumber") == [17999]
     row = record(database)
     assert row.state == "ok" and row.watermark and row.last_full_at and row.replica_csn
@@ -247,7 +246,7 @@ def test_pull_full_sync_of_10000_then_incremental_of_10(
     incremental = sync_director(database, settings, target(database))
     assert incremental.state == "ok" and not incremental.full, incremental.summary()
     assert (incremental.added, incremental.modified, incremental.deleted) == (5, 5, 0)
-    assert incremental.entries == 10007 and incremental.duration_s < 1.0
+    assert incremental.entries == 10007  # its time: bench/bench_ldap.py, not a pass/fail
     assert read(replica, f"uid=user00004,{PEOPLE}") == ["Renamed 4"]
 
 

@@ -12,7 +12,7 @@ from clustermgr.config import Settings, parse_settings
 from clustermgr.core.errors import ConfigError, UsageError
 from clustermgr.sim.replay import Replay
 from clustermgr.sim.results import Figures
-from clustermgr.sim.strategies import strategies, strategy
+from clustermgr.sim.strategies import replay_of, strategies, strategy
 from clustermgr.sim.traces import Trace, TraceJob
 
 PRICE = 3.6  # $/hour: 0.001 $/s, so costs read as seconds
@@ -24,6 +24,8 @@ def settings(**simulate: Any) -> Settings:
     gpus = simulate.pop("gpus", 0)
     fallback = simulate.pop("fallback", None)  # a fallback template of this max_nodes
     mode = simulate.pop("demand_mode", "policy")
+    spot_twin = simulate.pop("spot_twin", False)  # a spot template of the same shape
+    billing = simulate.pop("billing", {})  # the provider's billing override
     template: dict[str, Any] = {
         "name": "burst",
         "provider": "aws",
@@ -40,6 +42,8 @@ def settings(**simulate: Any) -> Settings:
     if gpus:
         template.update(gpus=gpus, gpu_model="a100")
     templates = [template]
+    if spot_twin:
+        templates.append({**template, "name": "cheap", "nodes": "cheap-[01-20]", "market": "spot"})
     if fallback is not None:
         template["fallback_templates"] = ["spare"]
         templates.append(
@@ -48,7 +52,7 @@ def settings(**simulate: Any) -> Settings:
         del templates[1]["fallback_templates"]
     return parse_settings(
         {
-            "providers": [{"name": "aws", "type": "aws", "region": "us-east-1"}],
+            "providers": [{"name": "aws", "type": "aws", "region": "us-east-1", **billing}],
             "templates": templates,
             "policy": {
                 "chain": chain
@@ -80,7 +84,7 @@ def trace(*jobs: TraceJob) -> Trace:
 
 
 def replay(config: Settings, name: str, onprem: int, *jobs: TraceJob) -> tuple[Figures, Replay]:
-    sim = Replay(config, trace(*jobs), strategy(config, name), onprem)
+    sim = replay_of(config, trace(*jobs), strategy(config, name), onprem)
     return sim.run().figures(), sim
 
 
@@ -186,15 +190,38 @@ def test_a_failing_policy_voids_its_cycles(tmp_path: Path) -> None:
     assert starts(sim)["j2"] == 600  # it still runs, on-prem, when j1 is done
 
 
-def test_a_job_bigger_than_on_prem_is_skipped_and_counted() -> None:
-    figures, _ = replay(settings(), "static", 2, job(1, 0, 60, nodes=3), job(2, 0, 60))
+def test_a_job_wider_than_on_prem_bursts_and_static_counts_it_as_never_run() -> None:
+    jobs = (job(1, 0, 60, nodes=3), job(2, 0, 60))
+    figures, _ = replay(settings(), "static", 2, *jobs)
     assert figures.unrunnable == 1 and figures.completed == 1
+    for name in ("reactive", "bound", "clairvoyant", "default"):
+        figures, sim = replay(settings(), name, 2, *jobs)
+        assert figures.unrunnable == 0 and figures.completed == 2, name
+        assert figures.cloud_jobs == 1 and starts(sim)["j1"] == 600, name  # one boot
+    # wider than the cloud template too (20 nodes): it fits nowhere
+    figures, _ = replay(settings(), "reactive", 2, job(1, 0, 60, nodes=21), job(2, 0, 60))
+    assert figures.unrunnable == 1 and figures.completed == 1
+
+
+def test_on_prem_nodes_have_the_traces_processors_per_node() -> None:
+    """An SWF trace read with 4 processors per node: single-processor jobs take a quarter
+    of an on-prem node (not an eighth, the cloud template's 8 CPUs), so four share it."""
+    config = settings()
+    jobs = [job(n, 0, 3600, cpus=1) for n in range(5)]
+    quad = Trace("synthetic", "swf", jobs, [], None, procs_per_node=4)
+    sim = Replay(config, quad, strategy(config, "static"), 1)
+    figures = sim.run().figures()
+    assert sorted(starts(sim).values()) == [0, 0, 0, 0, 3600]
+    assert figures.onprem_utilisation == pytest.approx(5 * 3600 / 4 / 7200)
 
 
 def test_strategy_names_are_checked_before_any_replay() -> None:
     config = settings()
     chosen = strategies(config, ["queue_depth+idle_timeout"], compare=True)
-    assert [s.name for s in chosen] == ["static", "reactive", "bound", "queue_depth+idle_timeout"]
+    assert [s.name for s in chosen] == [
+        *("static", "reactive", "bound", "clairvoyant"),
+        "queue_depth+idle_timeout",
+    ]
     assert chosen[-1].chain[1].options == {"minutes": 10}  # options from the config's chain
     with_options = settings(options={"min_max": {"template": "burst", "min": 2}})
     (warm,) = strategies(with_options, ["queue_depth+min_max"], compare=False)

@@ -17,6 +17,7 @@ from clustermgr.sim.traces import (
     TraceJob,
     guess_format,
     read_trace,
+    rejected_by_reason,
 )
 
 
@@ -75,6 +76,7 @@ def test_swf_procs_per_node_packs_small_jobs_and_rounds_big_ones_up(tmp_path: Pa
     trace = read_trace(write(tmp_path, "t.swf", text), procs_per_node=32)
     assert [j.nodes for j in trace.jobs] == [1, 1, 2, 2, 3]
     assert [j.cpus for j in trace.jobs] == [1, 0, 0, 0, 0]  # 1 processor shares a node
+    assert trace.procs_per_node == 32  # the replay's on-prem nodes get 32 CPUs
     with pytest.raises(TraceError, match="procs_per_node"):
         read_trace(tmp_path / "t.swf", procs_per_node=0)
 
@@ -104,6 +106,15 @@ def test_swf_rejects_with_line_numbers_and_reasons(tmp_path: Path) -> None:
     assert whys[4] == "0 processors"
     assert whys[5].startswith("field ") and "not a number" in whys[5]
     assert "not a number" in whys[6]
+    # counted by reason, values left out: both bad fields are one reason
+    assert rejected_by_reason(trace.rejected + trace.rejected[1:2]) == {
+        "field N not a number: N": 2,
+        "run time N (unknown)": 2,
+        "N fields, need N": 1,
+        "run time N": 1,
+        "processors unknown (fields N and N are N)": 1,
+        "N processors": 1,
+    }
 
 
 def test_non_utf8_line_is_rejected_not_a_crash(tmp_path: Path) -> None:
