@@ -39,11 +39,14 @@ SHARED_GROUPS = {
         "tests/e2e/test_takeover.py",
         "tests/e2e/test_database_down.py",
         "tests/chaos/test_campaign.py",
+        # the real-Nova layer bursts through the same lab networks (its test_burst.py is
+        # test_clouds.py's burst); collected after the e2e files, so its minutes of bring-up
+        # run at the end of this group, not beside the timing-sensitive fault tests
+        "tests/realnova/test_contract.py",
+        "tests/realnova/test_burst.py",
     ),
     "burstlab-default-subnet": ("tests/e2e/test_local_burst.py", "tests/e2e/test_cmsub.py"),
     "munge-key-subnet": ("tests/security/test_munge_key.py",),  # 10.213.191.0/24, cm-mkprobe
-    # one worker runs the real-Nova layer: its control plane is started once per worker
-    "realnova": ("tests/realnova/test_contract.py", "tests/realnova/test_burst.py"),
     "local-harness-subnet": (
         "tests/integration/test_provider_contract.py",
         "tests/integration/test_local_provider.py",
@@ -52,7 +55,6 @@ SHARED_GROUPS = {
 GROUP_OF = {path: group for group, paths in SHARED_GROUPS.items() for path in paths}
 # the slow groups start first, so no long file is left for the end of the run
 SLOW_FIRST = (
-    "realnova",  # minutes to install and bring up: overlaps every other layer
     "cloud-networks",
     "burstlab-default-subnet",
     "tests/e2e/",
