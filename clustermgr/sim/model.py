@@ -80,6 +80,8 @@ class SimJob:
     lost_node_s: float = 0.0  # work lost to spot reclaims (paid, not used)
     running: RunningJob | None = None
     generation: int = 0  # bumped when requeued: its old END event is ignored
+    shares_on: Shape | None = None  # the node shape `shares` was worked out for
+    shares: float = 0.0  # nodes x its share of one node of that shape (scheduler.node_shares)
 
     @property
     def estimate_s(self) -> float:

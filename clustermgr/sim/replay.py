@@ -21,6 +21,7 @@ Policy cycles run at every event time and, while a job waits or a cloud node idl
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
@@ -32,7 +33,7 @@ from clustermgr.config import PolicyRef, Settings
 from clustermgr.nodes.states import NodeState
 from clustermgr.policy.chain import PolicyRunner
 from clustermgr.policy.loader import load_chain
-from clustermgr.policy.view import ClusterView, NodeView, TemplateView
+from clustermgr.policy.view import ClusterView, NodeView, TemplateView, is_free_slot
 from clustermgr.scaling.clamp import LaunchOrder
 from clustermgr.scaling.decide import decide
 from clustermgr.scaling.observe import NodeRecord, template_views
@@ -94,6 +95,7 @@ class Replay:
         self._views: dict[str, NodeView] = {}
         self._index: dict[tuple[NodeState, str | None], dict[str, NodeView]] = {}
         self._indexed_as: dict[str, tuple[NodeState, str | None]] = {}
+        self._free: dict[str, list[str]] = {name: [] for name in self.templates}  # free_slots
         self._nodes = {n.name: n for p in self.pools for n in p.nodes}
         self._dirty: set[SimNode] = set(self._nodes.values())
         self._running: dict[int, RunningJob] = {}
@@ -511,6 +513,7 @@ class Replay:
                     del self._index[old][node.name]
                 key = self._indexed_as[node.name] = (view.state, view.template)
                 self._index.setdefault(key, {})[node.name] = view
+                self._index_free(view)
         self._dirty.clear()
         now = self.origin + timedelta(seconds=self.now)
         # every queued job reads "Priority" with no start estimate but the head ("Resources")
@@ -535,7 +538,22 @@ class Replay:
             running=tuple(self._running.values()),
             month_spend=self.outcome.month_spend(now),
             burst_index=self._index,
+            free_index=self._free,
         )
+
+    def _index_free(self, view: NodeView) -> None:
+        """Keep the template's free slots (`ClusterView.free_slots`) in name order."""
+        template = self.templates.get(view.template or "")
+        if template is None:
+            return
+        names = self._free.setdefault(template.name, [])
+        at = bisect.bisect_left(names, view.name)
+        listed = at < len(names) and names[at] == view.name
+        if is_free_slot(view, template.onprem):
+            if not listed:
+                names.insert(at, view.name)
+        elif listed:
+            del names[at]
 
     def _node_view(self, node: SimNode) -> NodeView:
         moment = self._moment
