@@ -9,7 +9,6 @@ from datetime import timedelta
 
 from clustermgr.policy import (
     ClusterView,
-    JobShape,
     Launch,
     NodeState,
     PendingJob,
@@ -17,9 +16,9 @@ from clustermgr.policy import (
     ScaleDecision,
     TemplateView,
     copies_per_node,
-    job_shape,
     nodes_on,
     serving_templates,
+    shape_key,
     why_not,
 )
 
@@ -46,8 +45,9 @@ class QueueDepth:
         slots: dict[str, float] = defaultdict(float)
         jobs: dict[str, list[str]] = defaultdict(list)
         unfit: dict[str, str] = {}
-        # many jobs share a shape: decide the fit once, with the nodes a task takes
-        choices: dict[JobShape, tuple[TemplateView | None, str, int, int]] = {}
+        # many jobs share a shape: decide the fit once, with the nodes a task takes (keyed
+        # by the shape's number: an int hashes cheaper than the shape's tuple)
+        choices: dict[int, tuple[TemplateView | None, str, int, int]] = {}
         held = decision.held
         reasons = ReasonMemo()
         # submitted after this: younger than min_pending_s (a job with no submit time is 0 s old)
@@ -62,7 +62,7 @@ class QueueDepth:
             submitted = job.submit_time
             if (submitted > young) if submitted is not None else no_submit_too_young:
                 continue
-            shape = job.shape_memo or job_shape(job)
+            shape = job.shape_key or shape_key(job)
             choice = choices.get(shape)
             if choice is None:
                 choice = choices[shape] = self.choose_counted(job, view)

@@ -22,6 +22,7 @@ from clustermgr.policy.fit import (
     nodes_on,
     required_features,
     serving_templates,
+    shape_key,
     why_not,
 )
 from clustermgr.policy.view import ClusterView, LaunchFailure, NodeView, TemplateView
@@ -53,5 +54,6 @@ __all__ = [
     "nodes_on",
     "required_features",
     "serving_templates",
+    "shape_key",
     "why_not",
 ]

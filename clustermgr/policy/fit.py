@@ -79,6 +79,18 @@ def job_shape(job: PendingJob) -> JobShape:
     return shape
 
 
+_SHAPE_KEYS: dict[JobShape, int] = {}  # every shape seen, numbered from 1 (a few hundred)
+
+
+def shape_key(job: PendingJob) -> int:
+    """The job's shape as a number: equal shapes get the same one (`job_shape` for the
+    shape itself). Worked out once per job record."""
+    if not job.shape_key:
+        shape = job_shape(job)
+        job.shape_key = _SHAPE_KEYS.setdefault(shape, len(_SHAPE_KEYS) + 1)
+    return job.shape_key
+
+
 def required_features(constraint: tuple[str, ...]) -> set[str]:
     """Features a job demands; '&' and ',' join required ones, '|' choices are not required."""
     required: set[str] = set()

@@ -115,6 +115,18 @@ def burst_index(
     return index
 
 
+def is_free_slot(node: NodeView, down_is_out: bool) -> bool:
+    """A cloud node `ClusterView.free_slots` lists (`down_is_out`: its template is on-prem)."""
+    return (
+        node.state is NodeState.POWERED_DOWN
+        and node.slurm is not None
+        and not node.settling
+        and not node.power_unknown
+        and "POWERING_DOWN" not in node.slurm.flags
+        and not (down_is_out and node.slurm.state == "DOWN")
+    )
+
+
 @dataclass(frozen=True)
 class ClusterView:
     now: datetime
@@ -129,6 +141,9 @@ class ClusterView:
     # cloud nodes by (state, template): built from `nodes` when first asked, unless the
     # caller keeps one up to date itself (the simulator, which changes a few nodes per cycle)
     burst_index: BurstIndex | None = field(default=None, repr=False, compare=False)
+    # `free_slots` per template, in name order, when the caller keeps them up to date itself
+    # (the simulator: hundreds of powered-down slots in a capped pool, a few change a cycle)
+    free_index: Mapping[str, Sequence[str]] | None = field(default=None, repr=False, compare=False)
 
     def burst_nodes(
         self, state: NodeState | None = None, template: str | None = None
@@ -146,8 +161,14 @@ class ClusterView:
         ]
 
     def active_nodes(self, template: str | None = None) -> list[NodeView]:
-        """Cloud nodes holding (or about to hold) a billed instance."""
-        return [n for n in self.burst_nodes(template=template) if n.state in ACTIVE_CLOUD_STATES]
+        """Cloud nodes holding (or about to hold) a billed instance (in `burst_nodes`' order;
+        the powered-down ones are skipped a state at a time, not node by node)."""
+        return [
+            node
+            for (node_state, node_template), nodes in self._index().items()
+            if node_state in ACTIVE_CLOUD_STATES and (template is None or node_template == template)
+            for node in nodes.values()
+        ]
 
     def powered_on(self, template: str) -> int:
         """On-prem nodes of a template that are on or coming on: active, not being stopped,
@@ -162,16 +183,14 @@ class ClusterView:
         """Powered-down slot names of a template, in name order (the order launches use).
         A slot Slurm is still powering down is not free: powering it up now would fail.
         Nor is an on-prem node Slurm has DOWN (a BMC fault an admin must see)."""
+        if self.free_index is not None:
+            return list(self.free_index.get(template, ()))
         view = self.templates.get(template)
         down_is_out = view is not None and view.onprem
         return sorted(
             n.name
             for n in self.burst_nodes(NodeState.POWERED_DOWN, template)
-            if n.slurm is not None
-            and not n.settling
-            and not n.power_unknown
-            and "POWERING_DOWN" not in n.slurm.flags
-            and not (down_is_out and n.slurm.state == "DOWN")
+            if is_free_slot(n, down_is_out)
         )
 
     def hourly_rate(self) -> float:

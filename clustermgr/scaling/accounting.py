@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from clustermgr.core.hostlists import compress
 from clustermgr.policy.decision import ScaleDecision
-from clustermgr.policy.fit import JobShape, job_shape, lacks_resources, serving_templates, why_not
+from clustermgr.policy.fit import lacks_resources, serving_templates, shape_key, why_not
 from clustermgr.policy.view import ClusterView, TemplateView
 from clustermgr.scaling.clamp import JobFate, Plan
 from clustermgr.workload.base import PendingJob
@@ -37,15 +37,15 @@ def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list
         groups.setdefault(("refused", refusal.reason), []).extend(refused)
         accounted.update(refused)
     refused_templates = {r.template: r.reason for r in plan.refusals if not r.jobs}
-    fits: dict[JobShape, tuple[list[TemplateView], str]] = {}
+    fits: dict[int, tuple[list[TemplateView], str]] = {}  # by shape_key
     # a fitting job's fate follows from its shape, its Slurm reason and comment, unless a
     # policy held it: decided once per such kind of job (its group found once), not per job
-    kinds: dict[tuple[JobShape, str, str], list[str]] = {}
+    kinds: dict[tuple[int, str, str], list[str]] = {}
     held = decision.held
     for job in view.pending:
-        if job.job_id in accounted:
+        if accounted and job.job_id in accounted:
             continue
-        shape = job.shape_memo or job_shape(job)
+        shape = job.shape_key or shape_key(job)
         fit = fits.get(shape)
         if fit is None:
             fit = fits[shape] = fitting(job, view)

@@ -226,5 +226,5 @@ def _planned(plan: Plan, template: str) -> int:
 def _pick_nodes(launch: Launch, view: ClusterView, taken: set[str]) -> list[str]:
     if launch.nodes:
         return [n for n in launch.nodes if n not in taken and view.nodes[n].state in LAUNCHABLE]
-    free = [n for n in view.free_slots(launch.template) if n not in taken]
-    return free[: launch.count]
+    free = view.free_slots(launch.template)  # hundreds in a capped pool, taken mostly none
+    return (free if not taken else [n for n in free if n not in taken])[: launch.count]

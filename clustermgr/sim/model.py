@@ -80,6 +80,8 @@ class SimJob:
     lost_node_s: float = 0.0  # work lost to spot reclaims (paid, not used)
     running: RunningJob | None = None
     generation: int = 0  # bumped when requeued: its old END event is ignored
+    shares_on: Shape | None = None  # the node shape `shares` was worked out for
+    shares: float = 0.0  # nodes x its share of one node of that shape (scheduler.node_shares)
 
     @property
     def estimate_s(self) -> float:
@@ -116,6 +118,7 @@ class Pool:
         self.nodes = list(nodes)
         self.running: dict[int, SimJob] = {}  # job index -> job placed here
         self.busy = 0  # nodes running at least one job
+        self._by_end: list[SimJob] | None = None  # `by_end`'s order while it holds
         # nodes that exist now (all on-prem ones; launched cloud ones), in launch order:
         # a cycle looks at these, never at every powered-down slot
         self.active: dict[SimNode, None] = dict.fromkeys(self.nodes if not cloud else ())
@@ -185,9 +188,7 @@ class Pool:
         if len(fitting) + dormant >= job.nodes:
             spare = list(islice(self.dormant(), max(0, job.nodes - len(fitting))))
             return now, set(sorted(fitting, key=lambda n: n.name)[: job.nodes]) | set(spare)
-        for finished in sorted(
-            self.running.values(), key=lambda j: (j.start or now) + j.estimate_s
-        ):
+        for finished in self.by_end(now):
             for node in finished.placed:
                 if node in free:
                     cpus, gpus, memory, jobs = free[node]
@@ -203,6 +204,17 @@ class Pool:
                 at = max(now, (finished.start or now) + finished.estimate_s)
                 return at, set(sorted(fitting, key=lambda n: n.name)[: job.nodes])
         return float("inf"), set()
+
+    def by_end(self, now: float) -> list[SimJob]:
+        """The running jobs by estimated end (a job not begun yet counts from `now`). Kept
+        until a job is placed here or leaves, unless it holds such a job (then its order
+        moves with `now`)."""
+        if self._by_end is not None:
+            return self._by_end
+        ordered = sorted(self.running.values(), key=lambda j: (j.start or now) + j.estimate_s)
+        if all(job.start for job in ordered):
+            self._by_end = ordered
+        return ordered
 
     def empty_usable(self, resumable: bool) -> int:
         if not self.cloud:  # on-prem nodes on are all up or booting: count, do not look
@@ -226,6 +238,7 @@ def occupy(job: SimJob, pool: Pool, nodes: list[SimNode], now: float) -> None:
         node.jobs += 1
         node.idle_since = None
     pool.running[job.index] = job
+    pool._by_end = None
 
 
 def release(job: SimJob, pool: Pool, now: float) -> None:
@@ -238,4 +251,5 @@ def release(job: SimJob, pool: Pool, now: float) -> None:
             node.idle_since = now
             pool.busy -= 1
     pool.running.pop(job.index, None)
+    pool._by_end = None
     job.placed = []

@@ -21,6 +21,7 @@ Policy cycles run at every event time and, while a job waits or a cloud node idl
 
 from __future__ import annotations
 
+import bisect
 import heapq
 import math
 import random
@@ -32,7 +33,7 @@ from clustermgr.config import PolicyRef, Settings
 from clustermgr.nodes.states import NodeState
 from clustermgr.policy.chain import PolicyRunner
 from clustermgr.policy.loader import load_chain
-from clustermgr.policy.view import ClusterView, NodeView, TemplateView
+from clustermgr.policy.view import ClusterView, NodeView, TemplateView, is_free_slot
 from clustermgr.scaling.clamp import LaunchOrder
 from clustermgr.scaling.decide import decide
 from clustermgr.scaling.observe import NodeRecord, template_views
@@ -94,9 +95,14 @@ class Replay:
         self._views: dict[str, NodeView] = {}
         self._index: dict[tuple[NodeState, str | None], dict[str, NodeView]] = {}
         self._indexed_as: dict[str, tuple[NodeState, str | None]] = {}
+        self._free: dict[str, list[str]] = {name: [] for name in self.templates}  # free_slots
         self._nodes = {n.name: n for p in self.pools for n in p.nodes}
         self._dirty: set[SimNode] = set(self._nodes.values())
         self._running: dict[int, RunningJob] = {}
+        # the view's pending and running lists, rebuilt only after the queue or the running
+        # jobs changed (most cycles are ticks: a long queue copied for nothing)
+        self._queued_now: list[PendingJob] | None = None
+        self._running_now: tuple[RunningJob, ...] | None = None
         self._next_tick = -1.0
         self._last_real = 0.0
         self._provider_active: dict[str, int] = {}
@@ -233,6 +239,7 @@ class Replay:
         if kind == ARRIVE:
             assert isinstance(subject, SimJob)
             self.queue.append(subject)
+            self._queued_now = None
             return True
         if kind == END:
             assert isinstance(subject, SimJob)
@@ -267,6 +274,7 @@ class Replay:
         nodes = list(job.placed)
         release(job, pool, self.now)
         self._running.pop(job.index, None)
+        self._running_now = None
         self._dirty.update(nodes)
         job.end = self.now
         self.outcome.finish(job, pool.cloud, pool.shape)
@@ -288,7 +296,8 @@ class Replay:
                     self._push(self.now + suspend, IDLE, node, node.generation)
 
     def _schedule(self) -> float | None:
-        return schedule(
+        queued = len(self.queue)
+        shadow = schedule(
             self.queue,
             self.pools,
             self.now,
@@ -297,6 +306,9 @@ class Replay:
             self._start,
             want_shadow=self.runner is not None,
         )
+        if len(self.queue) != queued:  # jobs only leave the queue here
+            self._queued_now = None
+        return shadow
 
     def _start(self, job: SimJob, pool: Pool, nodes: list[SimNode]) -> None:
         """Give `job` its nodes (booting powered-down ones first, in the reactive model; under
@@ -325,6 +337,7 @@ class Replay:
         estimated_end = job.start + job.estimate_s
         limit = self.origin + timedelta(seconds=estimated_end)
         self._running[job.index] = RunningJob(job.job_id, tuple(n.name for n in nodes), limit)
+        self._running_now = None
         for node in nodes:
             node.jobs_end = max(node.jobs_end or 0.0, estimated_end)
         self._dirty.update(nodes)  # their jobs' ends changed
@@ -409,6 +422,7 @@ class Replay:
         self._dirty.update(job.placed)
         release(job, pool, self.now)
         self._running.pop(job.index, None)
+        self._running_now = None
         job.generation += 1
         job.start = None
         self.outcome.requeues += 1
@@ -417,6 +431,7 @@ class Replay:
     def _requeue(self, job: SimJob) -> None:
         at = next((i for i, queued in enumerate(self.queue) if queued.index > job.index), None)
         self.queue.insert(len(self.queue) if at is None else at, job)
+        self._queued_now = None
 
     # --- on-prem power (Slurm's power saving on the on-prem partition) ------------------
 
@@ -511,6 +526,7 @@ class Replay:
                     del self._index[old][node.name]
                 key = self._indexed_as[node.name] = (view.state, view.template)
                 self._index.setdefault(key, {})[node.name] = view
+                self._index_free(view)
         self._dirty.clear()
         now = self.origin + timedelta(seconds=self.now)
         # every queued job reads "Priority" with no start estimate but the head ("Resources")
@@ -527,15 +543,34 @@ class Replay:
         for job, start in zip(self.queue, starts, strict=False):
             if math.isfinite(start):
                 job.pending.estimated_start = self.origin + timedelta(seconds=start)
+        if self._queued_now is None:
+            self._queued_now = [job.pending for job in self.queue]
+        if self._running_now is None:
+            self._running_now = tuple(self._running.values())
         return ClusterView(
             now=now,
             templates=self.templates,
             nodes=self._views,
-            pending=[job.pending for job in self.queue],
-            running=tuple(self._running.values()),
+            pending=self._queued_now,
+            running=self._running_now,
             month_spend=self.outcome.month_spend(now),
             burst_index=self._index,
+            free_index=self._free,
         )
+
+    def _index_free(self, view: NodeView) -> None:
+        """Keep the template's free slots (`ClusterView.free_slots`) in name order."""
+        template = self.templates.get(view.template or "")
+        if template is None:
+            return
+        names = self._free.setdefault(template.name, [])
+        at = bisect.bisect_left(names, view.name)
+        listed = at < len(names) and names[at] == view.name
+        if is_free_slot(view, template.onprem):
+            if not listed:
+                names.insert(at, view.name)
+        elif listed:
+            del names[at]
 
     def _node_view(self, node: SimNode) -> NodeView:
         moment = self._moment

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from clustermgr.sim.model import Need, Pool, SimJob, SimNode
+from clustermgr.sim.model import Need, Pool, Shape, SimJob, SimNode
 from clustermgr.sim.results import share
 
 Start = Callable[[SimJob, Pool, list[SimNode]], None]
@@ -220,7 +220,7 @@ def release_timeline(pools: list[Pool], now: float) -> Timeline:
         free += sum(node_room(node) for node in used)
         for job in pool.running.values():
             begins = job.start if job.start is not None else now
-            releases.append((begins + job.estimate_s, job.nodes * share(job, pool.shape)))
+            releases.append((begins + job.estimate_s, node_shares(job, pool.shape)))
     releases.sort()
     return free, releases
 
@@ -240,7 +240,7 @@ def estimated_starts(
     demand, position, at = 0.0, 0, now
     shape = pools[0].shape
     for job in queue[:count]:
-        demand += job.nodes * share(job, shape)
+        demand += node_shares(job, shape)
         while free < demand - 1e-9 and position < len(releases):
             at = max(at, releases[position][0])
             free += releases[position][1]
@@ -258,3 +258,11 @@ def node_room(node: SimNode) -> float:
     if shape.gpus:
         parts.append(node.free_gpus / shape.gpus)
     return max(0.0, min(parts))
+
+
+def node_shares(job: SimJob, shape: Shape) -> float:
+    """The node shares `job` takes on nodes of `shape` (asked for every running job and the
+    first queued ones each cycle: kept on the job while the shape stays the same)."""
+    if job.shares_on is not shape:
+        job.shares_on, job.shares = shape, job.nodes * share(job, shape)
+    return job.shares

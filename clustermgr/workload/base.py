@@ -114,6 +114,9 @@ class PendingJob:
     # policy.fit.job_shape's memo: a queue is read by several policies and the accounting
     # every cycle, and a simulated job's record lives through many cycles
     shape_memo: JobShape | None = field(default=None, init=False, repr=False, compare=False)
+    # policy.fit.shape_key's memo: one number per distinct shape, so a hot loop's dict keyed
+    # by shape hashes an int, not a 10-tuple (0: not worked out yet)
+    shape_key: int = field(default=0, init=False, repr=False, compare=False)
 
     @property
     def gpus_total(self) -> int:

@@ -221,3 +221,15 @@ def test_a_protection_hold_keeps_the_failure_that_led_to_it_in_slurm() -> None:
     cut = wanted_hold(long, protected)
     assert cut is not None and len(cut) == HOLD_REASON_MAX
     assert wanted_hold(WorkloadNode("g1", "IDLE", flags, reason=cut), protected) is None
+
+
+def test_jobs_of_one_shape_share_a_shape_key_and_other_shapes_do_not() -> None:
+    """The hot loops of queue_depth and the accounting key their memos by `shape_key`: jobs
+    asking for the same thing share one (so their fit is decided once), jobs differing in
+    anything the fit reads do not (or one would be judged by the other's fit)."""
+    from clustermgr.policy import job_shape, shape_key
+
+    one, same, wider = job("1"), job("2", reason="Priority"), job("3", nodes=2)
+    assert shape_key(one) == shape_key(same) != shape_key(wider)
+    assert job_shape(one) == job_shape(same) and one.shape_key == shape_key(one)
+    assert shape_key(job("4", features=("a100",))) not in (shape_key(one), shape_key(wider))

@@ -287,3 +287,30 @@ def test_slurm_mode_slots_are_launched_from_slurms_resume_requests() -> None:
     policy_mode = settings(chain=[{"name": "idle_timeout"}])  # nothing asks: nothing bursts
     figures, _ = replay(policy_mode, "default", 1, busy, job(1, 10, 3600))
     assert figures.launches == 0 and figures.cloud_jobs == 0
+
+
+def test_the_replays_kept_free_slots_are_those_the_view_lists_from_its_nodes() -> None:
+    """The replay keeps each template's free slots in name order as nodes change (a capped
+    pool has hundreds of powered-down slots): every cycle they are the ones ClusterView
+    works out from the nodes themselves, as the daemon's view does, and nodes are launched
+    and stopped along the way."""
+    from dataclasses import replace
+
+    from clustermgr.policy.view import ClusterView
+
+    seen: list[tuple[list[str], list[str]]] = []
+
+    class Checked(Replay):
+        def _view(self, shadow: float | None) -> ClusterView:
+            view = super()._view(shadow)
+            plain = replace(view, burst_index=None, free_index=None)
+            seen.append((view.free_slots("burst"), plain.free_slots("burst")))
+            return view
+
+    config = settings()
+    jobs = [job(i, i * 900, 3600, nodes=1 + i % 3) for i in range(8)]
+    sim = Checked(config, trace(*jobs), strategy(config, "default"), 1)
+    figures = sim.run().figures()
+    assert figures.launches > 1 and seen
+    assert all(kept == listed for kept, listed in seen)
+    assert min(len(kept) for kept, _ in seen) < 20 == max(len(kept) for kept, _ in seen)
