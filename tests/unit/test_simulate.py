@@ -287,3 +287,26 @@ def test_slurm_mode_slots_are_launched_from_slurms_resume_requests() -> None:
     policy_mode = settings(chain=[{"name": "idle_timeout"}])  # nothing asks: nothing bursts
     figures, _ = replay(policy_mode, "default", 1, busy, job(1, 10, 3600))
     assert figures.launches == 0 and figures.cloud_jobs == 0
+
+
+def test_market_choice_runs_short_jobs_on_spot_and_long_wide_ones_on_demand() -> None:
+    chain = [
+        {"name": "queue_depth"},
+        {"name": "market_choice", "options": {"reclaim_per_hour": 0.05}},
+        {"name": "idle_timeout"},
+    ]
+    config = settings(spot_twin=True, spot_reclaim_per_hour=0.05, chain=chain, seed=3)
+    jobs = [
+        job(1, 0, 72000, requested=72000),  # holds the on-prem node
+        job(3, 60, 36000, nodes=8, requested=36000),  # 8 nodes, 10 h: e^4 - 1 restarts
+        # 1 node, 5 minutes: on spot (it comes once j3 runs: Slurm places a job on any free
+        # node of its partitions, whatever market it was bought for)
+        job(2, 1200, 300, requested=300),
+    ]
+    figures, sim = replay(config, "default", 1, *jobs)
+    assert {j.job_id: j.pool for j in sim.jobs} == {"j1": "onprem", "j2": "cheap", "j3": "burst"}
+    assert figures.completed == 3 and figures.policy_errors == 0
+    # the same jobs all on the spot template: cheaper by the price, dearer by the reclaims
+    only_spot = settings(market="spot", spot_reclaim_per_hour=0.05, seed=3)
+    spot_all, _ = replay(only_spot, "default", 1, *jobs)
+    assert spot_all.reclaims > 0 and figures.reclaims == 0
