@@ -18,8 +18,6 @@ from clustermgr.policy import (
     why_not,
 )
 
-COMING = (NodeState.REQUESTED, NodeState.LAUNCHING, NodeState.BOOTING)
-
 
 @dataclass(frozen=True)
 class Verdict:
@@ -97,7 +95,7 @@ class MarketPerJob:
         if not jobs:
             return None
         needed = sum(nodes_for(job, template) for job, _ in jobs)
-        coming = sum(len(view.burst_nodes(state, template.name)) for state in COMING)
+        coming = view.coming_unclaimed(template.name)
         idle = sum(1 for n in view.burst_nodes(NodeState.UP, template.name) if n.idle)
         launched = sum(x.count for x in others if x.template == template.name)
         count = math.ceil(needed - 1e-9) - coming - idle - launched

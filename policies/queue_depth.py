@@ -23,20 +23,7 @@ from clustermgr.policy import (
     why_not,
 )
 
-COMING = (NodeState.REQUESTED, NodeState.LAUNCHING, NodeState.BOOTING)
 ORDERS = ("price", "config")
-
-
-def coming_free(view: ClusterView, template: str) -> int:
-    """Nodes of `template` coming up that no job fills yet: a booting node Slurm gave a
-    whole job (ALLOCATED) will not run the jobs pending now, which would otherwise wait
-    for it and then for a boot of their own."""
-    return sum(
-        1
-        for state in COMING
-        for node in view.burst_nodes(state, template)
-        if node.slurm is None or node.slurm.state != "ALLOCATED"
-    )
 
 
 def job_price(job: PendingJob, template: TemplateView) -> float:
@@ -120,7 +107,7 @@ class QueueDepth:
             jobs[template.name].append(job.job_id)
         launches = []
         for name, needed in sorted(slots.items()):
-            coming = coming_free(view, name)
+            coming = view.coming_unclaimed(name)
             idle = sum(1 for n in view.burst_nodes(NodeState.UP, name) if n.idle)
             count = math.ceil(needed - 1e-9) - coming - idle - decision.launching(name)
             if count > 0:
