@@ -22,7 +22,27 @@ from clustermgr.policy import (
     why_not,
 )
 
-COMING = (NodeState.REQUESTED, NodeState.LAUNCHING, NodeState.BOOTING)
+ORDERS = ("price", "config")
+
+
+def job_price(job: PendingJob, template: TemplateView) -> float:
+    """$/hour `job` keeps busy on `template`: its nodes there (a share when jobs like it
+    share a node) at the template's own market and first type."""
+    return template.hourly_price() * nodes_on(job, template) / copies_per_node(job, template)
+
+
+def waste(job: PendingJob, template: TemplateView) -> float:
+    """The share of the node's CPUs, GPUs and memory left unused by the copies of `job`
+    it holds, averaged over the resources the node has (cluster-autoscaler's least-waste)."""
+    copies = copies_per_node(job, template)
+    gpus = job.gpus_total // max(nodes_on(job, template), 1) if job.gpus_total else 0
+    shares = [
+        (template.cpus, job.cpus_per_node),
+        (template.memory_mb, job.memory_per_node_mb),
+        (template.gpus, gpus),
+    ]
+    unused = [1 - min(copies * used, size) / size for size, used in shares if size > 0]
+    return sum(unused) / len(unused) if unused else 0.0
 
 
 class QueueDepth:
@@ -33,12 +53,21 @@ class QueueDepth:
     listed in `unfit` with the reason and never launched for. Only "policy"-mode
     templates get launches here: in "slurm" mode Slurm resumes nodes itself and its
     resume requests are the demand.
+
+    Of the templates a job fits, `template_order = "price"` (the default) takes the one
+    that runs it cheapest per hour (its price times the nodes it keeps busy there), ties
+    broken by least waste of CPUs, GPUs and memory, then config order (as cluster-
+    autoscaler's `price` and `least-waste` expanders); `"config"` takes the first in the
+    config's order (an admin's pinned order).
     """
 
     name = "queue_depth"
 
-    def __init__(self, min_pending_s: float = 0.0):
+    def __init__(self, min_pending_s: float = 0.0, template_order: str = "price"):
+        if template_order not in ORDERS:
+            raise ValueError(f"template_order {template_order!r}: one of {', '.join(ORDERS)}")
         self.min_pending_s = float(min_pending_s)
+        self.by_price = template_order == "price"
 
     def decide(self, view: ClusterView) -> ScaleDecision:
         decision = view.proposed
@@ -50,6 +79,7 @@ class QueueDepth:
         choices: dict[int, tuple[TemplateView | None, str, int, int]] = {}
         held = decision.held
         reasons = ReasonMemo()
+        why_chosen: dict[str, str] = {}  # template -> "; cheapest fit: ..." (its first job's)
         # submitted after this: younger than min_pending_s (a job with no submit time is 0 s old)
         young = view.now - timedelta(seconds=self.min_pending_s)
         known, no_submit_too_young = reasons.known, self.min_pending_s > 0
@@ -65,8 +95,10 @@ class QueueDepth:
             shape = job.shape_key or shape_key(job)
             choice = choices.get(shape)
             if choice is None:
-                choice = choices[shape] = self.choose_counted(job, view)
+                choice = choices[shape] = self.choose_counted(job, view, self.by_price)
             template, why, nodes, copies = choice
+            if template is not None and template.name not in why_chosen:
+                why_chosen[template.name] = self.why_chosen(job, template, view, self.by_price)
             if why:
                 unfit[job.job_id] = why
             if template is None:
@@ -75,7 +107,7 @@ class QueueDepth:
             jobs[template.name].append(job.job_id)
         launches = []
         for name, needed in sorted(slots.items()):
-            coming = sum(len(view.burst_nodes(state, name)) for state in COMING)
+            coming = view.coming_unclaimed(name)
             idle = sum(1 for n in view.burst_nodes(NodeState.UP, name) if n.idle)
             count = math.ceil(needed - 1e-9) - coming - idle - decision.launching(name)
             if count > 0:
@@ -84,7 +116,8 @@ class QueueDepth:
                         template=name,
                         count=count,
                         reason=f"queue_depth: {len(jobs[name])} pending jobs need "
-                        f"{math.ceil(needed)} nodes, {coming} coming, {idle} idle",
+                        f"{math.ceil(needed)} nodes, {coming} coming, {idle} idle"
+                        + why_chosen.get(name, ""),
                         jobs=tuple(jobs[name]),
                     )
                 )
@@ -92,16 +125,18 @@ class QueueDepth:
 
     @staticmethod
     def choose_counted(
-        job: PendingJob, view: ClusterView
+        job: PendingJob, view: ClusterView, by_price: bool = True
     ) -> tuple[TemplateView | None, str, int, int]:
         """`choose`, with the nodes a task of the job takes there and how many share one."""
-        template, why = QueueDepth.choose(job, view)
+        template, why = QueueDepth.choose(job, view, by_price)
         if template is None:
             return None, why, 0, 1
         return template, why, nodes_on(job, template), copies_per_node(job, template)
 
     @staticmethod
-    def choose(job: PendingJob, view: ClusterView) -> tuple[TemplateView | None, str]:
+    def choose(
+        job: PendingJob, view: ClusterView, by_price: bool = True
+    ) -> tuple[TemplateView | None, str]:
         """(the template to launch for the job or None, why it fits no template or "")."""
         templates = serving_templates(job, view.templates)
         if not templates:
@@ -119,7 +154,28 @@ class QueueDepth:
         # an on-prem template with no powered-off node left to power on is no capacity: ask
         # the next one (a cloud) instead of waiting for nodes that are not there
         available = [t for t in healthy if not t.onprem or QueueDepth.bootable(t, view)]
+        if by_price and len(available) > 1:
+            available.sort(key=lambda t: (job_price(job, t), waste(job, t)))  # stable: config
         return (available[0] if available else None), ""
+
+    @staticmethod
+    def why_chosen(
+        job: PendingJob, template: TemplateView, view: ClusterView, by_price: bool
+    ) -> str:
+        """What the reason says about the choice, when there was one to make."""
+        others = [
+            t
+            for t in serving_templates(job, view.templates)
+            if t.name != template.name and why_not(job, t) is None
+        ]
+        if not others:
+            return ""
+        if not by_price:
+            return f"; config order: {template.name}, the first of {len(others) + 1} fitting"
+        return (
+            f"; cheapest fit: {template.name} ${job_price(job, template):.2f}/h, "
+            f"{waste(job, template):.0%} waste (of {len(others) + 1} fitting)"
+        )
 
     @staticmethod
     def bootable(template: TemplateView, view: ClusterView) -> bool:

@@ -102,6 +102,8 @@ class LaunchFailure:
     at: datetime
 
 
+COMING_STATES = (NodeState.REQUESTED, NodeState.LAUNCHING, NodeState.BOOTING)
+
 BurstIndex = Mapping[tuple[NodeState, str | None], Mapping[str, NodeView]]
 
 
@@ -177,6 +179,18 @@ class ClusterView:
             1
             for n in self.active_nodes(template)
             if n.state is not NodeState.STOPPING and not n.settling and not n.power_unknown
+        )
+
+    def coming_unclaimed(self, template: str) -> int:
+        """Nodes of a template coming up (requested, launching, booting) that Slurm has not
+        given a whole job (ALLOCATED): what the jobs pending now may still get. A node a
+        job fills will not run them, and counting it would make them wait for it, then
+        for a boot of their own."""
+        return sum(
+            1
+            for state in COMING_STATES
+            for node in self.burst_nodes(state, template)
+            if node.slurm is None or node.slurm.state != "ALLOCATED"
         )
 
     def free_slots(self, template: str) -> list[str]:

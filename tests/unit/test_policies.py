@@ -156,8 +156,59 @@ def test_idle_timeout_waits_for_the_limit_and_the_paid_period() -> None:
     )
     assert kept.stops == ()  # 20 paid minutes left in the hour
     late = replace(idle, launched_at=NOW - timedelta(minutes=59))
-    stopped = run([PolicyRef(name="idle_timeout")], view([late], [], templates=hourly))
+    pinned = [PolicyRef(name="idle_timeout", options={"minutes": 10})]
+    stopped = run(pinned, view([late], [], templates=hourly))
     assert [s.node for s in stopped.stops] == ["g1"]
+    # break-even (no `minutes`): a restart is billed a whole hour, so an hour's idling is
+    # what stopping saves; kept 11 minutes in, stopped at the end of the second paid hour
+    kept = run([PolicyRef(name="idle_timeout")], view([late], [], templates=hourly))
+    assert kept.stops == ()
+    later = replace(
+        late,
+        idle_since=NOW - timedelta(minutes=61),
+        launched_at=late.launched_at - timedelta(hours=1),
+    )
+    stopped = run([PolicyRef(name="idle_timeout")], view([later], [], templates=hourly))
+    assert [s.reason for s in stopped.stops] == [
+        "idle_timeout: idle 61 min (break-even: a restart is billed at least 60 min)"
+    ]
+
+
+def test_idle_timeout_stops_at_break_even_unless_a_pending_job_can_use_the_node() -> None:
+    def up(name: str, idle_min: float) -> NodeView:
+        return slot(
+            name,
+            NodeState.UP,
+            idle_since=NOW - timedelta(minutes=idle_min),
+            launched_at=NOW - timedelta(minutes=60),
+        )
+
+    idle = [up("g1", 11), up("g2", 5), up("g3", 9.5)]
+    booting = [
+        slot(f"b{i}", NodeState.BOOTING, launched_at=NOW - timedelta(minutes=2)) for i in range(3)
+    ]
+    policy = [PolicyRef(name="idle_timeout")]
+
+    def stops(nodes: list[NodeView], pending: list[PendingJob]) -> list[tuple[str, str]]:
+        return sorted((s.node, s.reason) for s in run(policy, view(nodes, pending)).stops)
+
+    # per-second billing, 10-minute boots, 3 nodes launched in the last boot time: each
+    # idle node stops at its own randomized break-even in [0, 10] min (g2's is 8.0 min)
+    assert stops(idle + booting, []) == [
+        ("g1", "idle_timeout: idle 11 min (randomized break-even 0.3 of a 10-min boot)"),
+        ("g3", "idle_timeout: idle 10 min (randomized break-even 9.0 of a 10-min boot)"),
+    ]
+    # one launch in the last boot time: one idle node (the last to go idle) is kept for it
+    why = "3 idle, 1 launched in the last 10 min"
+    assert stops(idle + booting[:1], []) == [
+        ("g1", f"idle_timeout: idle 11 min ({why})"),
+        ("g3", f"idle_timeout: idle 10 min ({why})"),
+    ]
+    # a 2-node job waiting (for a second node) keeps them all
+    assert stops(idle, [job("7", nodes=2)]) == []
+    # demand the nodes cannot serve keeps none: a job wider than the nodes up or coming,
+    # one that fits no node of the template
+    assert len(stops(idle, [job("8", nodes=4), job("9", gpus_per_node=16)])) == 3
 
 
 def test_idle_timeout_never_stops_a_node_whose_job_is_still_completing() -> None:
@@ -335,3 +386,55 @@ def test_queue_depth_asks_another_template_while_a_regions_director_is_not_ready
     v = view(slots, [job("1")], templates={"gpu": template(waiting=waiting), "west": other})
     [launch] = run([PolicyRef(name="queue_depth")], v).launches
     assert launch.template == "west"
+
+
+def test_queue_depth_buys_the_cheapest_fitting_template_unless_the_order_is_pinned() -> None:
+    big = template("big", instance_types=("p5.48xlarge",), prices={"p5.48xlarge": Price(98.0)})
+    small = template("gpu", gpus=4, prices={"p4d.24xlarge": Price(30.0)})
+    roomy = template("roomy", gpus=4, memory_mb=512000, prices={"p4d.24xlarge": Price(30.0)})
+    templates = {"big": big, "roomy": roomy, "gpu": small}
+    pending = [job("1", gpus_per_node=4)]
+    decision = run([PolicyRef(name="queue_depth")], view(SLOTS, pending, templates=templates))
+    [launch] = decision.launches
+    # $98/h and $30/h twice: the same price, the 64 GB node wastes less than the 512 GB one
+    assert launch.template == "gpu"
+    assert launch.reason.endswith("; cheapest fit: gpu $30.00/h, 33% waste (of 3 fitting)")
+    pinned = [PolicyRef(name="queue_depth", options={"template_order": "config"})]
+    [launch] = run(pinned, view(SLOTS, pending, templates=templates)).launches
+    assert launch.template == "big"
+    assert launch.reason.endswith("; config order: big, the first of 3 fitting")
+    with pytest.raises(ConfigError, match="template_order 'cost': one of price, config"):
+        load_policy(PolicyRef(name="queue_depth", options={"template_order": "cost"}))
+
+
+def test_market_choice_puts_short_narrow_jobs_on_spot_and_long_wide_ones_on_demand() -> None:
+    prices = {"p4d.24xlarge": Price(30.0, 10.0)}
+    templates = {
+        "gpu": template("gpu", market="spot", prices=prices, max_nodes=64),
+        "gpu-od": template("gpu-od", prices=prices, max_nodes=64),
+    }
+    nodes = [
+        *(slot(f"g{i}") for i in range(64)),
+        *(slot(f"o{i}", template="gpu-od") for i in range(64)),
+    ]
+    pending = [
+        job("short"),  # 1 node, 1 hour: a reclaim costs little
+        job("wide", nodes=64, time_limit_min=600),  # 64 nodes, 10 hours: almost surely reclaimed
+        job("once", requeue=False),
+    ]
+    chain = [
+        PolicyRef(name="queue_depth"),
+        PolicyRef(name="market_choice", options={"reclaim_per_hour": 0.01}),
+    ]
+    decision = run(chain, view(nodes, pending, templates=templates))
+    by_template = {x.template: x for x in decision.launches}
+    spot, od = by_template["gpu"], by_template["gpu-od"]
+    assert (spot.market, spot.count, spot.jobs) == ("spot", 1, ("short",))
+    assert (od.market, od.count, od.jobs) == ("on-demand", 65, ("wide", "once"))
+    # 1 node-hour at $10: 0.01 reclaims expected, each redoing ~half an hour and a boot
+    assert "spot: expected loss $0.07 < saving $20.00 (job short)" in spot.reason
+    assert "on-demand: expected loss $" in od.reason and "(job wide)" in od.reason
+    # without a pair (one template) nothing changes
+    alone = {"gpu": templates["gpu"]}
+    decision = run(chain, view(nodes[:64], pending[:1], templates=alone))
+    assert [(x.template, x.market) for x in decision.launches] == [("gpu", None)]

@@ -314,3 +314,26 @@ def test_the_replays_kept_free_slots_are_those_the_view_lists_from_its_nodes() -
     assert figures.launches > 1 and seen
     assert all(kept == listed for kept, listed in seen)
     assert min(len(kept) for kept, _ in seen) < 20 == max(len(kept) for kept, _ in seen)
+
+
+def test_market_choice_runs_short_jobs_on_spot_and_long_wide_ones_on_demand() -> None:
+    chain = [
+        {"name": "queue_depth"},
+        {"name": "market_choice", "options": {"reclaim_per_hour": 0.05}},
+        {"name": "idle_timeout"},
+    ]
+    config = settings(spot_twin=True, spot_reclaim_per_hour=0.05, chain=chain, seed=3)
+    jobs = [
+        job(1, 0, 72000, requested=72000),  # holds the on-prem node
+        job(3, 60, 36000, nodes=8, requested=36000),  # 8 nodes, 10 h: e^4 - 1 restarts
+        # 1 node, 5 minutes: on spot (it comes once j3 runs: Slurm places a job on any free
+        # node of its partitions, whatever market it was bought for)
+        job(2, 1200, 300, requested=300),
+    ]
+    figures, sim = replay(config, "default", 1, *jobs)
+    assert {j.job_id: j.pool for j in sim.jobs} == {"j1": "onprem", "j2": "cheap", "j3": "burst"}
+    assert figures.completed == 3 and figures.policy_errors == 0
+    # the same jobs all on the spot template: cheaper by the price, dearer by the reclaims
+    only_spot = settings(market="spot", spot_reclaim_per_hour=0.05, seed=3)
+    spot_all, _ = replay(only_spot, "default", 1, *jobs)
+    assert spot_all.reclaims > 0 and figures.reclaims == 0
