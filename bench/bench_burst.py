@@ -19,8 +19,9 @@ Not a pass/fail test: exits 1 only when the burst does not complete (or the lab 
     .venv/bin/python bench/bench_burst.py --nodes 1000 --jobs 10
     .venv/bin/python bench/bench_burst.py --quick             # 200 nodes, 4 jobs
 
-Needs root (slurmctld, the lab's bridge). CM_BURST_PROFILE=FILE runs cm-scale under
-cProfile (its stats written to FILE when it stops), for finding hot spots.
+Needs root (slurmctld, the lab's bridge). CM_BURST_PROFILE=FILE runs cm-scale with every
+thread under cProfile (bench/_threadprof.py; the stats written to FILE when it stops), for
+finding hot spots.
 """
 
 from __future__ import annotations
@@ -238,7 +239,7 @@ def run_daemon(lab: CloudLab, log: Path, profile: str | None) -> Iterator[subpro
     own process group; SIGTERM at the end if alive."""
     argv = [str(BIN / "cm-scale")]
     if profile:
-        argv = [sys.executable, "-m", "cProfile", "-o", profile, *argv]
+        argv = [sys.executable, str(Path(__file__).with_name("_threadprof.py")), profile, *argv]
     with log.open("ab") as out:
         process = subprocess.Popen(
             argv, env=lab.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
