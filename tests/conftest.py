@@ -39,6 +39,7 @@ SHARED_GROUPS = {
         "tests/e2e/test_takeover.py",
         "tests/e2e/test_database_down.py",
         "tests/chaos/test_campaign.py",
+        "tests/e2e/test_burst_bench.py",
         # the real-Nova layer bursts through the same lab networks (its test_burst.py is
         # test_clouds.py's burst); collected after the e2e files, so its minutes of bring-up
         # run at the end of this group, not beside the timing-sensitive fault tests

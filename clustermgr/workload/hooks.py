@@ -195,7 +195,9 @@ def poke(socket_path: Path) -> None:
 
 REQUEST_KINDS = frozenset({"resume", "suspend", "resume-fail"})
 REJECTED_SUFFIX = ".rejected"
-MAX_REQUEST_BYTES = 64 * 1024  # a hook's request for Slurm's largest hostlist is far less
+# a request lists its nodes (and its jobs' nodes) expanded: a 5,000-node resume is ~70 KB
+# without jobs (bench/bench_burst.py), ~140 KB with them; 1 MiB holds some 35,000 nodes
+MAX_REQUEST_BYTES = 1024 * 1024
 ROOT_ONLY: frozenset[int] = frozenset({0})
 
 

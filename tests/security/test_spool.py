@@ -91,7 +91,7 @@ def test_what_no_hook_wrote_is_moved_aside_once(
         "fifo.json": "not a regular file (p-type)",
         "link.json": "a symbolic link, not a request",
         "hard.json": "has 2 hard links",
-        "huge.json": "104857600 bytes, over the 65536-byte limit",
+        "huge.json": "104857600 bytes, over the 1048576-byte limit",
         "mallory.json": "written by neither root nor SlurmUser",
         "dir.json": "not a regular file (d-type)",
         "garbage.json": "not JSON",
