@@ -58,7 +58,8 @@ class QueueDepth:
     that runs it cheapest per hour (its price times the nodes it keeps busy there), ties
     broken by least waste of CPUs, GPUs and memory, then config order (as cluster-
     autoscaler's `price` and `least-waste` expanders); `"config"` takes the first in the
-    config's order (an admin's pinned order).
+    config's order (an admin's pinned order). A template another fitting one names in its
+    `fallback_templates` is only ever that one's fallback, never a first choice.
     """
 
     name = "queue_depth"
@@ -155,6 +156,10 @@ class QueueDepth:
         # the next one (a cloud) instead of waiting for nodes that are not there
         available = [t for t in healthy if not t.onprem or QueueDepth.bootable(t, view)]
         if by_price and len(available) > 1:
+            # a template another one names as its fallback is that one's second choice (the
+            # admin's order), never the first even when cheaper
+            second = {name for t in available for name in t.fallbacks}
+            available = [t for t in available if t.name not in second] or available
             available.sort(key=lambda t: (job_price(job, t), waste(job, t)))  # stable: config
         return (available[0] if available else None), ""
 

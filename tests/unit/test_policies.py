@@ -407,6 +407,23 @@ def test_queue_depth_buys_the_cheapest_fitting_template_unless_the_order_is_pinn
         load_policy(PolicyRef(name="queue_depth", options={"template_order": "cost"}))
 
 
+def test_queue_depth_never_buys_a_templates_fallback_first_however_cheap() -> None:
+    """`fallback_templates` is the admin's order: the fallback is the second choice."""
+    dear = template("big", instance_types=("p5.48xlarge",), prices={"p5.48xlarge": Price(98.0)})
+    templates = {"big": replace(dear, fallbacks=("gpu",)), "gpu": template(gpus=4)}
+    pending = [job("1", gpus_per_node=4)]
+    [launch] = run(
+        [PolicyRef(name="queue_depth")], view(SLOTS, pending, templates=templates)
+    ).launches
+    assert launch.template == "big"
+    # without the link, the cheaper one wins
+    templates["big"] = dear
+    [launch] = run(
+        [PolicyRef(name="queue_depth")], view(SLOTS, pending, templates=templates)
+    ).launches
+    assert launch.template == "gpu"
+
+
 def test_market_choice_puts_short_narrow_jobs_on_spot_and_long_wide_ones_on_demand() -> None:
     prices = {"p4d.24xlarge": Price(30.0, 10.0)}
     templates = {
