@@ -29,17 +29,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from clustermgr.config import ProviderSettings
 from clustermgr.core.errors import ErrorKind, ProviderError
-from clustermgr.providers.aws.client import MAX_WORKERS, AwsClients
-from clustermgr.providers.aws.errors import (
-    NO_FLEET_API_CODES,
-    NOT_FOUND_CODES,
-    SDK,
-    SDK_ERRORS,
-    classify,
-)
-from clustermgr.providers.aws.images import AwsMachineImages
-from clustermgr.providers.aws.objects import AwsObjectStorage
-from clustermgr.providers.aws.reserved import (
+from clustermgr.providers.aws.capacity_reservations import (
     FULL_CODES,
     ON_DEMAND_SUFFIX,
     ReservationFactsCache,
@@ -50,6 +40,16 @@ from clustermgr.providers.aws.reserved import (
     now,
     without_reservation,
 )
+from clustermgr.providers.aws.client import MAX_WORKERS, AwsClients
+from clustermgr.providers.aws.errors import (
+    NO_FLEET_API_CODES,
+    NOT_FOUND_CODES,
+    SDK,
+    SDK_ERRORS,
+    classify,
+)
+from clustermgr.providers.aws.images import AwsMachineImages
+from clustermgr.providers.aws.objects import AwsObjectStorage
 from clustermgr.providers.aws.shapes import (
     LIVE_STATES,
     Launched,
