@@ -203,14 +203,27 @@ def reset_template(app: AppContext, name: str) -> None:
 @click.option("--provider", "provider_name", help="Only this provider.")
 @click.option("--gpus", type=click.IntRange(0), help="Only types with at least this many GPUs.")
 @click.option("--refresh", is_flag=True, help="Ask the cloud again instead of the cache.")
+@click.option(
+    "--reservations",
+    "show_reservations",
+    is_flag=True,
+    help="The capacity reservations templates launch into (total, in use, free, window).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def catalog(
-    app: AppContext, provider_name: str | None, gpus: int | None, refresh: bool, as_json: bool
+    app: AppContext,
+    provider_name: str | None,
+    gpus: int | None,
+    refresh: bool,
+    show_reservations: bool,
+    as_json: bool,
 ) -> None:
-    """Instance types (vCPUs, memory, GPUs, hourly prices), cached in the database."""
+    """Instance types (vCPUs, memory, GPUs, hourly prices), cached in the database; with
+    --reservations, the reservations templates launch into, cached the same way."""
     from clustermgr.providers.catalog import cached_catalog, store_catalog
     from clustermgr.providers.registry import make_provider
+    from clustermgr.providers.reservations import refresh_reservations
 
     settings = app.settings()
     database = app.database()
@@ -223,9 +236,14 @@ def catalog(
 
         require_root("catalog --refresh" if refresh else "catalog (nothing cached yet)")
     for conf in fetch:
-        types = make_provider(conf, settings.cluster.name).catalog()
+        made = make_provider(conf, settings.cluster.name)
+        types = made.catalog()
         with database.session() as session:
             store_catalog(session, settings, conf.name, types)
+            refresh_reservations(session, settings, conf.name, made)
+    if show_reservations:
+        emit_reservations(app, provider_name, as_json)
+        return
     with database.session() as session:
         rows = [
             {
@@ -244,3 +262,31 @@ def catalog(
         ]
     columns = ("provider", "name", "vcpus", "memory_mb", "gpu_model", "gpus", "price_on_demand")
     emit(rows, columns, as_json, "Instance types")
+
+
+def emit_reservations(app: AppContext, provider_name: str | None, as_json: bool) -> None:
+    """The cached reservations, one row each (clustermgr.providers.reservations)."""
+    from clustermgr.providers.reservations import stored_reservations, window
+
+    with app.database().session() as session:
+        rows = [
+            {
+                "provider": row.provider,
+                "id": row.reservation_id,
+                "type": row.kind,
+                "templates": row.templates.split(",") if row.templates else [],
+                "instance_type": row.instance_type,
+                "zone": row.zone,
+                "state": row.state,
+                "total": row.total,
+                "in_use": max(0, row.total - row.available),
+                "free": row.available,
+                "starts_at": row.starts_at,
+                "ends_at": row.ends_at,
+                "window": window(row.starts_at, row.ends_at),
+                "updated_at": row.updated_at,
+            }
+            for row in stored_reservations(session, provider_name)
+        ]
+    columns = ("provider", "id", "type", "instance_type", "total", "in_use", "free", "window")
+    emit(rows, columns, as_json, "Reservations")

@@ -12,6 +12,8 @@ from clustermgr.cli.output import emit_json
 from clustermgr.core.pricing import BillingRule
 
 if TYPE_CHECKING:
+    from sqlalchemy.orm import Session
+
     from clustermgr.config import Settings
 
 
@@ -83,6 +85,7 @@ def collect_status(app: AppContext) -> dict[str, Any]:
                 )
             )
         ]
+        reservations = reservations_in_use(session, settings)
         protected = {h.template: h.protected for h in health if h.protected is not None}
         backing_off = {h.template: h.backoff for h in health if h.backoff is not None}
     running_cost = sum(
@@ -110,8 +113,48 @@ def collect_status(app: AppContext) -> dict[str, Any]:
         "protected_templates": protected,
         "backing_off_templates": backing_off,
         "foreign_instances": foreign,
+        "reservations": reservations,
         **({"onprem_power": power_saved(onprem, by_template)} if onprem else {}),
     }
+
+
+def reservations_in_use(session: Session, settings: Settings) -> list[dict[str, Any]]:
+    """The cached reservations the configured templates launch into (as of the last catalog
+    refresh), one summary each."""
+    from clustermgr.providers.reservations import stored_reservations, targets_of
+
+    used = {(p.name, ref) for p in settings.providers for ref in targets_of(settings, p.name)}
+    return [
+        {
+            "provider": row.provider,
+            "id": row.reservation_id,
+            "type": row.kind,
+            "instance_type": row.instance_type,
+            "templates": row.templates.split(",") if row.templates else [],
+            "total": row.total,
+            "in_use": max(0, row.total - row.available),
+            "free": row.available,
+            "state": row.state,
+            "starts_at": row.starts_at,
+            "ends_at": row.ends_at,
+            "as_of": row.updated_at,
+        }
+        for row in stored_reservations(session)
+        if (row.provider, row.reservation_id) in used
+    ]
+
+
+def reservation_line(found: dict[str, Any]) -> str:
+    from clustermgr.providers.reservations import window
+
+    span = window(found["starts_at"], found["ends_at"])
+    return (
+        f"{found['type']} {found['id']} ({found['instance_type']}, "
+        f"{', '.join(found['templates']) or '-'}): {found['in_use']} of {found['total']} in use, "
+        f"{found['free']} free, {found['state']}"
+        + (f", window {span}" if span else "")
+        + f" (as of {found['as_of']:%H:%M})"
+    )
 
 
 def onprem_templates(settings: Settings) -> dict[str, float]:
@@ -185,6 +228,8 @@ def status(app: AppContext, as_json: bool) -> None:
             + (f", role tag {found['role_tag']}" if found["role_tag"] else "")
             + f") since {found['since']:%Y-%m-%d %H:%M:%S}: not launched by cm-scale, left alone"
         )
+    for found in data["reservations"]:
+        click.echo(reservation_line(found))
     power = data.get("onprem_power")
     if power is not None:
         off = sum(t["powered_off"] for t in power["templates"].values())

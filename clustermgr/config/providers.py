@@ -18,6 +18,7 @@ from pydantic import (
 
 from clustermgr.config.base import NAME_PATTERN, CredentialSource, StrictModel, slurm_name
 from clustermgr.config.options import PoweredNodes
+from clustermgr.config.reserved_capacity import CapacityReservation, Fallback, reservation_problem
 from clustermgr.core.hostlists import HostlistError, expand
 from clustermgr.core.inputs import slurm_hostlist_problem, slurm_word_problem
 from clustermgr.core.kinds import kind_of, kinds, unknown_type
@@ -195,7 +196,7 @@ class TemplateSettings(StrictModel):
     gpu_model: str | None = None
     gpus: int = Field(0, ge=0)
     max_nodes: int | None = Field(None, ge=0)
-    market: Literal["on-demand", "spot"] = "on-demand"
+    market: Literal["on-demand", "spot", "capacity-block"] = "on-demand"
     max_spot_price: float | None = Field(None, gt=0)
     demand_mode: Literal["policy", "slurm"] = "policy"
     features: list[str] = []
@@ -203,6 +204,10 @@ class TemplateSettings(StrictModel):
     boot_timeout_s: float = Field(600.0, gt=0)
     fallback_templates: list[str] = []
     prices: dict[str, InstancePrice] = {}
+    # reserved capacity (config/reserved_capacity.py): AWS, Azure; what a launch it cannot hold does
+    capacity_reservation: CapacityReservation | None = None
+    capacity_reservation_group: str | None = Field(None, min_length=1)
+    reservation_fallback: Fallback | None = None
     # on-prem templates (ipmi, redfish providers) only: an idle node's draw, for the kW saved
     # figure, and how many of the template's nodes always stay on (SuspendExcNodes)
     idle_kw: float = Field(0.0, ge=0)
@@ -235,6 +240,14 @@ class TemplateSettings(StrictModel):
             raise ValueError(
                 f"max_nodes {self.max_nodes} exceeds the {len(slots)} names in nodes {self.nodes!r}"
             )
+        problem = reservation_problem(
+            self.market,
+            self.capacity_reservation,
+            self.capacity_reservation_group,
+            self.reservation_fallback,
+        )
+        if problem:
+            raise ValueError(problem)
         if self.gpus and not self.gpu_model:
             raise ValueError("gpus > 0 needs gpu_model (for example 'a100')")
         for itype in self.prices:

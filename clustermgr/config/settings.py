@@ -24,7 +24,7 @@ from clustermgr.config.sections import (
 )
 from clustermgr.core.errors import ConfigError
 from clustermgr.core.hostlists import compress
-from clustermgr.core.kinds import kind_of, offering
+from clustermgr.core.kinds import Capability, kind_of, offering
 
 
 class Settings(StrictModel):
@@ -62,6 +62,7 @@ class Settings(StrictModel):
                     f"template {template.name!r}: market 'spot' is not offered by "
                     f"{provider.type} provider {provider.name!r}"
                 )
+            _check_reservation(template, provider)
             for fallback in template.fallback_templates:
                 if fallback not in {t.name for t in self.templates} or fallback == template.name:
                     raise ValueError(
@@ -148,6 +149,25 @@ def _check_power_template(
             f"{where}: partition {template.partition!r} is in slurm.onprem_partitions, which "
             "are never powered down (SuspendExcParts): remove it there to power its nodes"
         )
+
+
+def _check_reservation(template: TemplateSettings, provider: ProviderSettings) -> None:
+    """Each reservation key only where the provider's kind can launch into one."""
+    capabilities = kind_of(provider.type).capabilities
+    wanted: list[tuple[str, Capability]] = []
+    if template.capacity_reservation is not None:
+        wanted.append(("capacity_reservation", "capacity_reservation"))
+    if template.capacity_reservation_group is not None:
+        wanted.append(("capacity_reservation_group", "capacity_reservation_group"))
+    if template.market == "capacity-block":
+        wanted.append(("market 'capacity-block'", "capacity_block"))
+    for key, capability in wanted:
+        if capability not in capabilities:
+            able = " and ".join(offering(capability)) or "no installed type"
+            raise ValueError(
+                f"template {template.name!r}: {key} is not offered by {provider.type} provider "
+                f"{provider.name!r} (only {able} providers): remove it"
+            )
 
 
 def _check_volume(where: str, size_gb: int | None, provider: ProviderSettings) -> None:

@@ -34,7 +34,16 @@ GROUP = "clustermgr.providers"
 
 # What a provider type can do beyond launch/list/terminate: a spot market, placement groups,
 # a root volume size, a machine-image copy into its region, an object store.
-Capability = Literal["spot", "placement", "root_volume", "machine_image_copy", "object_store"]
+Capability = Literal[
+    "spot",
+    "placement",
+    "root_volume",
+    "machine_image_copy",
+    "object_store",
+    "capacity_reservation",  # AWS On-Demand Capacity Reservations (a template's key)
+    "capacity_block",  # AWS Capacity Blocks for ML (market 'capacity-block')
+    "capacity_reservation_group",  # Azure capacity reservation groups
+]
 
 # (provider settings, the environment) -> (file, what secret it holds) for `config check`
 SecretFiles = Callable[[Any, Mapping[str, str]], Iterable[tuple[Path, str]]]

@@ -25,7 +25,7 @@ from clustermgr.core.errors import ConfigError, DatabaseError, SchemaOutOfDateEr
 
 # The newest migration's revision, checked without importing Alembic so the CLI and the
 # Slurm hooks start fast. tests/integration/test_database.py keeps it equal to the head.
-SCHEMA_HEAD = "0010_munge_key_redemptions"
+SCHEMA_HEAD = "0011_reservations"
 
 
 def migrations_dir() -> Path:

@@ -327,6 +327,27 @@ class InstanceTypeRow(Base):
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)
 
 
+class ReservationRow(Base):
+    """Cached facts of a reservation templates launch into, read with the catalog refresh
+    (clustermgr.providers.reservations)."""
+
+    __tablename__ = "reservations"
+    __table_args__ = (UniqueConstraint("provider", "reservation_id"),)
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    provider: Mapped[str] = mapped_column(String(64))
+    reservation_id: Mapped[str] = mapped_column(String(512))
+    kind: Mapped[str] = mapped_column(String(32))  # reservation, capacity-block, group
+    instance_type: Mapped[str] = mapped_column(String(64))
+    zone: Mapped[str | None] = mapped_column(String(64))
+    total: Mapped[int] = mapped_column(Integer)
+    available: Mapped[int] = mapped_column(Integer)
+    state: Mapped[str] = mapped_column(String(32))
+    starts_at: Mapped[datetime | None] = mapped_column()
+    ends_at: Mapped[datetime | None] = mapped_column()
+    templates: Mapped[str] = mapped_column(Text, default="")  # comma-separated names
+    updated_at: Mapped[datetime] = mapped_column(default=utcnow)
+
+
 class ClusterEvent(Base):
     """Something that happened to the cluster rather than to one node: a cycle's result,
     a policy error, a hook request, a refused launch."""

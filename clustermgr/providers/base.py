@@ -44,6 +44,19 @@ class InstanceState(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class ReservationTarget:
+    """Reserved capacity a launch goes into (a template's capacity_reservation or
+    capacity_reservation_group): `ref` is the reservation or block id, the resource group's
+    ARN, or the Azure group's resource id or name. `fallback`: what the reservation cannot
+    hold is launched on-demand (else it fails, naming the reservation)."""
+
+    kind: Literal["reservation", "capacity-block", "resource-group", "group"]
+    ref: str
+    preference: Literal["open", "targeted"] = "targeted"
+    fallback: bool = True
+
+
+@dataclass(frozen=True)
 class LaunchSpec:
     """What to launch for one template. `node_names` binds instances to Slurm names in order."""
 
@@ -66,6 +79,7 @@ class LaunchSpec:
     # the root (boot) volume in GB; None: the image's own size. AWS: an EBS mapping for the
     # image's root device; Azure: osDisk.diskSizeGB; OpenStack: boot from a new volume
     root_volume_gb: int | None = None
+    reservation: ReservationTarget | None = None
 
 
 @dataclass(frozen=True)

@@ -393,6 +393,7 @@ class Daemon:
 
     def catalog_job(self) -> None:
         from clustermgr.providers.catalog import store_catalog
+        from clustermgr.providers.reservations import refresh_reservations
 
         with PROGRESS.running("catalog refresh"), self.work_lock:
             if self.role != "leader":
@@ -400,9 +401,12 @@ class Daemon:
             for name in sorted({t.provider for t in self.settings.templates}):
                 PROGRESS.step(f"the catalog of {name}")
                 try:
-                    types = self.engine.provider(name).catalog()
+                    provider = self.engine.provider(name)
+                    types = provider.catalog()
                     with self.db.session() as session:
                         store_catalog(session, self.settings, name, types)
+                    with self.db.session() as session:  # the catalog is kept if this fails
+                        refresh_reservations(session, self.settings, name, provider)
                 except ClusterMgrError as exc:
                     log.warning("catalog refresh of %s failed: %s", name, exc)
 

@@ -20,6 +20,7 @@ from clustermgr.imaging.launch_images import RegionImage, launch_image, launch_u
 from clustermgr.mungekey import launch_key_fetch
 from clustermgr.nodes.bootstrap import KeyFetch, render_user_data
 from clustermgr.providers.base import LaunchSpec
+from clustermgr.providers.reservations import reservation_target
 from clustermgr.scaling.clamp import LaunchOrder
 
 
@@ -66,6 +67,7 @@ class LaunchSpecs:
             key_name=template.key_name,
             network=template.network,
             root_volume_gb=template.volume_size_gb,
+            reservation=reservation_target(template),
         )
 
     def key_fetch(self, order: LaunchOrder) -> KeyFetch:

@@ -36,6 +36,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
 from xml.sax.saxutils import escape
@@ -50,6 +51,14 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import make_server
 
+from tests.fakes.aws_reservations import (
+    FULL_CODE,
+    FakeReservation,
+    Target,
+    describe_xml,
+    full_error_xml,
+    target_of,
+)
 from tests.fakes.gate import Gate, Gates
 
 REGION = "us-east-1"
@@ -128,6 +137,7 @@ class MiddlewareState:
     fleet_api: bool = True
     tokens: dict[tuple[str, str], tuple[str, Answer]] = field(default_factory=dict)
     calls: Counter[str] = field(default_factory=Counter)
+    reservations: dict[str, FakeReservation] = field(default_factory=dict)
 
 
 class FaultMiddleware:
@@ -135,6 +145,7 @@ class FaultMiddleware:
 
     def __init__(self, app: Callable[[Environ, StartResponse], Iterable[bytes]]) -> None:
         self.app = app
+        self.region = REGION
         self.lock = threading.RLock()
         self.state = MiddlewareState()
         self.gates = Gates()
@@ -221,6 +232,124 @@ class FaultMiddleware:
         with self.lock:
             return dict(self.state.calls)
 
+    def add_capacity_reservation(self, reservation: FakeReservation) -> None:
+        with self.lock:
+            self.state.reservations[reservation.reservation_id] = reservation
+
+    # ------------------------------------------------------------------ reservations
+
+    def _backend(self) -> Any:
+        from moto.core.models import DEFAULT_ACCOUNT_ID
+        from moto.ec2.models import ec2_backends
+
+        return ec2_backends[DEFAULT_ACCOUNT_ID][self.region]
+
+    def _used(self) -> dict[str, int]:
+        """Live instances per reservation (a terminated one gives its slot back)."""
+        backend = self._backend()
+        used: dict[str, int] = {}
+        with self.lock:
+            for res in self.state.reservations.values():
+                alive = 0
+                for iid in res.instances:
+                    try:
+                        alive += backend.get_instance(iid).state != "terminated"
+                    except Exception:  # noqa: S112 (forgotten by forget_terminated)
+                        continue
+                used[res.reservation_id] = alive
+        return used
+
+    def _describe_reservations(self, req: Request) -> Answer:
+        wanted = [v for k, v in req.params if k.startswith("CapacityReservationId.")]
+        with self.lock:
+            known = dict(self.state.reservations)
+        for rid in wanted:
+            if rid not in known:
+                message = f"The capacity reservation ID '{rid}' does not exist"
+                return _ec2_error(400, "InvalidCapacityReservationId.NotFound", message)
+        items = [known[r] for r in wanted] if wanted else list(known.values())
+        return _xml_answer(describe_xml(items, self._used(), _now(), EC2_NS))
+
+    def _pool(self, target: Target, itype: str) -> list[tuple[FakeReservation, int]]:
+        """The reservations a launch may use, each with its free slots."""
+        used, now = self._used(), _now()
+        with self.lock:
+            candidates = [
+                res
+                for res in self.state.reservations.values()
+                if res.instance_type == itype
+                and res.state(now) == "active"
+                and (
+                    (target.open and res.match == "open")
+                    or res.reservation_id == target.reservation_id
+                    or (target.group is not None and target.group in res.groups)
+                )
+            ]
+        return [(res, res.total - used.get(res.reservation_id, 0)) for res in candidates]
+
+    def _reserved_launch(self, req: Request, environ: Environ) -> Answer | None:
+        """A launch whose launch template targets reserved capacity (None: it does not)."""
+        fleet = req.action == "CreateFleet"
+        head = (
+            "LaunchTemplateConfigs.1.LaunchTemplateSpecification." if fleet else "LaunchTemplate."
+        )
+        try:
+            template = self._backend().get_launch_template_by_name(
+                req.get(head + "LaunchTemplateName")
+            )
+            data = template.get_version(req.get(head + "Version")).data
+        except Exception:  # moto answers a missing template itself
+            return None
+        target = target_of(data)
+        if target is None:
+            return None
+        itype = req.get(
+            "LaunchTemplateConfigs.1.Overrides.1.InstanceType" if fleet else "InstanceType"
+        )
+        count_key = "TargetCapacitySpecification.TotalTargetCapacity" if fleet else "MaxCount"
+        wanted = int(req.get(count_key, "1") or 1)
+        pool = self._pool(target, itype)
+        room = sum(max(0, free) for _, free in pool)
+        granted = wanted if target.open else min(wanted, room)
+        if granted == 0:
+            if fleet:
+                return _xml_answer(_empty_fleet_xml(full_error_xml(target, itype)))
+            message = f"Insufficient capacity in the targeted Capacity Reservation for {itype}."
+            return _ec2_error(400, FULL_CODE, message)
+        params = _replace(req.params, count_key, granted)
+        if fleet:  # moto knows no capacity-block capacity type
+            params = [
+                (k, "on-demand" if k.endswith("DefaultTargetCapacityType") else v)
+                for k, v in params
+            ]
+        else:
+            params = _replace(params, "MinCount", granted)
+        answer = self._forward(environ, _encode(params))
+        if not answer.status.startswith("200"):
+            return answer
+        self._seat(answer.body, pool)
+        if fleet and granted < wanted:
+            answer.body = answer.body.replace(
+                b"</CreateFleetResponse>",
+                full_error_xml(target, itype).encode() + b"</CreateFleetResponse>",
+            )
+        return answer
+
+    def _seat(self, body: bytes, pool: list[tuple[FakeReservation, int]]) -> None:
+        """Put the new instances into the pool's free slots, in order; the rest run
+        outside (an 'open' launch's overflow, as plain on-demand)."""
+        backend = self._backend()
+        free = [(res, n) for res, n in pool if n > 0]
+        ids = list(dict.fromkeys(m.decode() for m in re.findall(rb"i-[0-9a-f]{17}", body)))
+        with self.lock:
+            for iid in ids:
+                if not free:
+                    return
+                res, room = free[0]
+                res.instances.add(iid)
+                backend.get_instance(iid).capacity_reservation_id = res.reservation_id
+                free = [(res, room - 1), *free[1:]] if room > 1 else free[1:]
+
     # ------------------------------------------------------------------ requests
 
     def _answer(self, req: Request, environ: Environ, body: bytes) -> Answer:
@@ -230,7 +359,10 @@ class FaultMiddleware:
         if gate is not None and not gate.after:
             gate.hold()
             return _ec2_error(503, "ServiceUnavailable", "held by a test, never carried out")
-        answer = self._carry_out(req, environ, body)
+        if req.action == "DescribeCapacityReservations":
+            answer = self._describe_reservations(req)
+        else:
+            answer = self._carry_out(req, environ, body)
         if gate is not None:
             gate.hold()
         return answer
@@ -346,6 +478,9 @@ class FaultMiddleware:
         return Request(req.service, req.access_key, req.action, others + renumbered)
 
     def _create_fleet(self, req: Request, environ: Environ) -> Answer:
+        reserved = self._reserved_launch(req, environ)
+        if reserved is not None:
+            return reserved
         narrowed = self._without_exhausted_types(req)
         if narrowed is None:
             return _xml_answer(_empty_fleet_xml(_fleet_errors(req)))
@@ -366,6 +501,9 @@ class FaultMiddleware:
         return answer
 
     def _run_instances(self, req: Request, environ: Environ) -> Answer:
+        reserved = self._reserved_launch(req, environ)
+        if reserved is not None:
+            return reserved
         maximum = int(req.get("MaxCount", "1") or 1)
         minimum = int(req.get("MinCount", "1") or 1)
         granted = self._grant(maximum)
@@ -402,6 +540,10 @@ class FaultMiddleware:
 
 
 # ---------------------------------------------------------------------- wire helpers
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
 
 
 def _read_body(environ: Environ) -> bytes:
@@ -563,6 +705,7 @@ class FakeAws:
     def start(self) -> FakeAws:
         self._server = _Server(self._box)
         self._server.start()
+        self.middleware.region = self.region
         self.reset()  # moto's backends are per process: forget what an earlier fake made
         return self
 
@@ -669,6 +812,11 @@ class FakeAws:
 
     def clear_faults(self) -> None:
         self.middleware.clear_faults()
+
+    def add_capacity_reservation(self, reservation: FakeReservation) -> None:
+        """An On-Demand Capacity Reservation or Capacity Block (tests/fakes/aws_reservations.py)
+        that DescribeCapacityReservations lists and reserved launches draw from."""
+        self.middleware.add_capacity_reservation(reservation)
 
     def calls(self) -> dict[str, int]:
         """Requests seen per action (every attempt, retries included)."""

@@ -42,6 +42,7 @@ import trustme
 
 from tests.fakes import http_fake
 from tests.fakes.azure_answers import DEFAULT_SKUS, LOCATION, SHAPES, SUBSCRIPTION
+from tests.fakes.azure_reservations import FakeGroup, FakeMember, group_json, group_of, member_json
 from tests.fakes.http_fake import JSON, HttpFake, Reply, Req
 
 TENANT = "00000000-0000-0000-0000-0000000000bb"
@@ -110,6 +111,7 @@ class FakeState:
     next_ip: int = 4
     # NIC (lower-cased) -> (the VM it is reserved for, monotonic time the reservation ends)
     reserved_nics: dict[str, tuple[str, float]] = field(default_factory=dict)
+    groups: dict[str, FakeGroup] = field(default_factory=dict)  # capacity reservation groups
 
 
 class ArmError(Exception):
@@ -433,6 +435,7 @@ class FakeAzure(HttpFake):
             "microsoft.compute/galleries": self._galleries,
             "microsoft.compute/sshpublickeys": self._ssh_keys,
             "microsoft.network/virtualnetworks": self._vnets,
+            "microsoft.compute/capacityreservationgroups": self._groups,
         }.get(kind)
         if handler is None:
             raise ArmError(404, "NotFound", f"no route for {path}")
@@ -518,12 +521,69 @@ class FakeAzure(HttpFake):
             }
         return view
 
+    # capacity reservation groups (tests/fakes/azure_reservations.py) -----------------
+
+    def add_capacity_reservation_group(
+        self, name: str, members: dict[str, tuple[str, int]]
+    ) -> None:
+        """A group whose members (name -> (VM size, instances reserved)) VMs can join."""
+        group = FakeGroup(name)
+        for member, (size, capacity) in members.items():
+            group.members[member.lower()] = FakeMember(member, size, capacity)
+        with self.lock:
+            self.state.groups[name.lower()] = group
+
+    def _groups(self, req: Req) -> Reply:
+        if req.method != "GET" or not req.segs:
+            raise ArmError(405, "MethodNotAllowed", req.method)
+        group = self.state.groups.get(req.segs[0].lower())
+        if group is None:
+            raise ArmError(
+                404, "ResourceNotFound", _not_found("capacityReservationGroups", req.segs[0])
+            )
+        rid = self._rid("Microsoft.Compute/capacityReservationGroups", group.name)
+        if len(req.segs) == 1:
+            return Reply(200, group_json(group, rid))
+        if len(req.segs) == 2:
+            items = [member_json(m, rid, self.location, False) for m in group.members.values()]
+            return self._page(req.path, req.query, items)
+        member = group.members.get(req.segs[2].lower())
+        if member is None:
+            raise ArmError(404, "ResourceNotFound", _not_found("capacityReservations", req.segs[2]))
+        view = req.query.get("$expand", "").lower() == "instanceview"
+        return Reply(200, member_json(member, rid, self.location, view))
+
+    def _reserve(self, vm_name: str, body: JSON) -> None:
+        """Allocate a VM that names a group against the member of its size."""
+        name = group_of(body)
+        if name is None:
+            return
+        group = self.state.groups.get(name)
+        if group is None:
+            raise ArmError(404, "ResourceNotFound", _not_found("capacityReservationGroups", name))
+        size = body.get("properties", {}).get("hardwareProfile", {}).get("vmSize", "")
+        member = next((m for m in group.members.values() if m.size == size), None)
+        if member is None:
+            raise ArmError(
+                400,
+                "InvalidParameter",
+                f"Capacity reservation group {group.name} has no capacity reservation of "
+                f"VM size {size}.",
+            )
+        member.vms.append(self._rid("Microsoft.Compute/virtualMachines", vm_name))
+
+    def _release(self, vm_id: str) -> None:
+        for group in self.state.groups.values():
+            for member in group.members.values():
+                member.vms = [v for v in member.vms if v.lower() != vm_id.lower()]
+
     def _put_vm(self, name: str, vm: JSON | None, body: JSON) -> Reply:
         if vm is not None and vm["properties"]["provisioningState"] not in ("Failed",):
             if vm["properties"]["provisioningState"] == "Deleting":
                 raise ArmError(409, "OperationNotAllowed", f"VM {name} is being deleted.")
             return Reply(200, self._vm_view(vm, {}))  # an update: nothing new to create
         self._validate_vm(name, body)
+        self._reserve(name, body)
         failure = self._pending_failure
         error: JSON | None = None
         if failure is not None:
@@ -659,6 +719,7 @@ class FakeAzure(HttpFake):
             gone = self.state.vms.pop(name.lower(), None)
             if gone is not None:
                 self._delete_attached(gone)
+                self._release(gone["id"])
 
         op_url = self._operation(None, finish)
         return Reply(202, None, {"Azure-AsyncOperation": op_url, "Location": op_url})

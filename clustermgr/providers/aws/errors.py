@@ -20,6 +20,9 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "InsufficientCapacity": ErrorKind.CAPACITY,
     "InsufficientHostCapacity": ErrorKind.CAPACITY,
     "InsufficientReservedInstanceCapacity": ErrorKind.CAPACITY,
+    # a targeted capacity reservation (or its hosts) cannot hold the launch
+    "ReservationCapacityExceeded": ErrorKind.CAPACITY,
+    "InsufficientCapacityOnHost": ErrorKind.CAPACITY,
     "Unsupported": ErrorKind.CAPACITY,  # the type is not offered in the requested zone
     "SpotMaxPriceTooLow": ErrorKind.CAPACITY,
     "InsufficientFreeAddressesInSubnet": ErrorKind.CAPACITY,  # another subnet may have room
@@ -58,6 +61,7 @@ ERROR_KINDS: dict[str, ErrorKind] = {
     "InvalidKeyPair": ErrorKind.INVALID,
     "InvalidLaunchTemplateName": ErrorKind.INVALID,
     "InvalidPlacementGroup": ErrorKind.INVALID,
+    "InvalidCapacityReservationId": ErrorKind.INVALID,
     "IdempotentParameterMismatch": ErrorKind.INVALID,
     "ParamValidationError": ErrorKind.INVALID,  # botocore: rejected before sending
     "NoRegionError": ErrorKind.INVALID,

@@ -33,7 +33,15 @@ KIND = ProviderKind(
     credential_sources=("chain", "profile"),
     billing=(1, 60),
     capabilities=frozenset(
-        {"spot", "placement", "root_volume", "machine_image_copy", "object_store"}
+        {
+            "spot",
+            "placement",
+            "root_volume",
+            "machine_image_copy",
+            "object_store",
+            "capacity_reservation",
+            "capacity_block",
+        }
     ),
     options=AwsOptions,
     sdk_loggers=("botocore", "boto3"),

@@ -29,6 +29,17 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from clustermgr.config import ProviderSettings
 from clustermgr.core.errors import ErrorKind, ProviderError
+from clustermgr.providers.aws.capacity_reservations import (
+    FULL_CODES,
+    ON_DEMAND_SUFFIX,
+    ReservationFactsCache,
+    block_refusal,
+    fallback_line,
+    is_full,
+    named,
+    now,
+    without_reservation,
+)
 from clustermgr.providers.aws.client import MAX_WORKERS, AwsClients
 from clustermgr.providers.aws.errors import (
     NO_FLEET_API_CODES,
@@ -69,8 +80,10 @@ from clustermgr.providers.base import (
     LaunchError,
     LaunchResult,
     LaunchSpec,
+    ReservationTarget,
     ours,
 )
+from clustermgr.providers.reservations import ReservationFacts
 from clustermgr.providers.skeleton import Check, CloudProvider, Failure, parallel
 
 if TYPE_CHECKING:
@@ -95,6 +108,7 @@ class FleetPlan:
     template: str  # launch template name
     version: int
     tags: dict[str, str]
+    part: str = "b"  # the ClientToken's batch prefix ("f": the on-demand fallback's)
 
 
 class AwsProvider(CloudProvider[FleetPlan]):
@@ -109,6 +123,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
         self._templates: dict[str, tuple[str, int]] = {}  # name -> (content digest, version)
         self._validated: dict[tuple[str, ...], float] = {}  # what -> valid until (monotonic)
         self._roots: dict[str, tuple[str, str, int]] = {}  # image -> its root_device()
+        self._reserved = ReservationFactsCache(self._describe_reservations)
 
     @classmethod
     def capabilities(cls, settings: ProviderSettings) -> Sequence[object]:
@@ -167,12 +182,14 @@ class AwsProvider(CloudProvider[FleetPlan]):
         if count <= 0:
             return None
         self._validate(spec, count)
+        self._check_block(spec)
         template, version = self._ensure_template(spec)
         tags = ours(self.cluster, spec.template, request_id, spec.tags)
         return FleetPlan(spec, request_id, count, template, version, tags)
 
     def start(self, plan: FleetPlan, result: LaunchResult) -> None:
         launched = self._launch_batches(plan, result.errors)
+        launched += self._fallback(plan, len(launched), result.errors)
         result.instances = self._bind(plan, launched, result.errors)
 
     def _launch_batches(self, plan: FleetPlan, errors: list[LaunchError]) -> list[Launched]:
@@ -180,7 +197,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
         launched: list[Launched] = []
         for index, start in enumerate(range(0, count, size)):
             wanted = min(size, count - start)
-            got, failed = self._launch_batch(plan, wanted, f"b{index}")
+            got, failed = self._launch_batch(plan, wanted, f"{plan.part}{index}")
             launched.extend(got)
             errors.extend(failed)
             if not got:  # nothing at all started: later batches would only fail the same way
@@ -235,6 +252,51 @@ class AwsProvider(CloudProvider[FleetPlan]):
         if len(got) < wanted and not errors:
             errors.extend(fleet_errors({}, wanted - len(got)))
         return got, _shortfall(errors, wanted - len(got))
+
+    # ------------------------------------------------------------------ reservations
+
+    def _describe_reservations(self, ids: list[str]) -> list[Mapping[str, Any]]:
+        answer = self.ec2().describe_capacity_reservations(CapacityReservationIds=ids)
+        return list(answer.get("CapacityReservations", []))
+
+    def _check_block(self, spec: LaunchSpec) -> None:
+        """A Capacity Block only within its window: outside it, CAPACITY and no launch."""
+        target = spec.reservation
+        if target is None or target.kind != "capacity-block":
+            return
+        facts = self.call(
+            f"describing capacity block {target.ref}", lambda: self._reserved.one(target.ref)
+        )
+        why = block_refusal(facts, now())
+        if why is not None:
+            raise ProviderError(
+                ErrorKind.CAPACITY, why, provider=self.name, code="CapacityBlockNotActive"
+            )
+
+    def _fallback(self, plan: FleetPlan, held: int, errors: list[LaunchError]) -> list[Launched]:
+        """What the reservation could not hold: on-demand, or its errors naming it."""
+        target = plan.spec.reservation
+        if target is None or held >= plan.count or not is_full(errors):
+            return []
+        if not target.fallback:
+            errors[:] = named(errors, target)
+            return []
+        log.warning(fallback_line(target, held, plan.count, plan.request_id))
+        spec = without_reservation(plan.spec)
+        template, version = self._ensure_template(spec, ON_DEMAND_SUFFIX)
+        rest = replace(
+            plan, spec=spec, count=plan.count - held, template=template, version=version, part="f"
+        )
+        more: list[LaunchError] = []
+        got = self._launch_batches(rest, more)
+        errors[:] = [e for e in errors if e.code not in FULL_CODES] + more
+        return got
+
+    def reservations(self, targets: Sequence[ReservationTarget]) -> list[ReservationFacts]:
+        """The reservations and blocks the targets name (one DescribeCapacityReservations);
+        a resource group's members are not listed (EC2 keeps them in Resource Groups)."""
+        ids = sorted({t.ref for t in targets if t.kind in ("reservation", "capacity-block")})
+        return self.call("describing capacity reservations", lambda: self._reserved.read(ids))
 
     # ------------------------------------------------------------------ validation
 
@@ -319,8 +381,8 @@ class AwsProvider(CloudProvider[FleetPlan]):
 
     # ------------------------------------------------------------------ launch template
 
-    def _ensure_template(self, spec: LaunchSpec) -> tuple[str, int]:
-        name = launch_template_name(self.cluster, spec.template)
+    def _ensure_template(self, spec: LaunchSpec, suffix: str = "") -> tuple[str, int]:
+        name = launch_template_name(self.cluster, spec.template + suffix)
         with self._lock:
             root = self._roots.get(spec.image, ("", "", 0))[0]
         data = launch_template_data(spec, root)

@@ -12,6 +12,11 @@ from datetime import datetime
 from typing import Any
 
 from clustermgr.core.errors import ErrorKind
+from clustermgr.providers.aws.capacity_reservations import (
+    capacity_type,
+    on_demand_options,
+    template_data,
+)
 from clustermgr.providers.aws.errors import kind_of
 from clustermgr.providers.base import (
     TAG_NODE,
@@ -110,6 +115,7 @@ def launch_template_data(spec: LaunchSpec, root_device: str | None = None) -> JS
         # only the size: the snapshot and volume type stay the image's own
         ebs = {"VolumeSize": spec.root_volume_gb, "DeleteOnTermination": True}
         data["BlockDeviceMappings"] = [{"DeviceName": root_device, "Ebs": ebs}]
+    data.update(template_data(spec))  # reserved capacity (aws/capacity_reservations.py)
     return data
 
 
@@ -171,14 +177,14 @@ def fleet_request(
         ],
         "TargetCapacitySpecification": {
             "TotalTargetCapacity": count,
-            "DefaultTargetCapacityType": spec.market,
+            "DefaultTargetCapacityType": capacity_type(spec),
         },
         "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list(tags)}],
     }
     if spec.market == "spot":
         request["SpotOptions"] = {"AllocationStrategy": "capacity-optimized-prioritized"}
     else:
-        request["OnDemandOptions"] = {"AllocationStrategy": "prioritized"}
+        request["OnDemandOptions"] = on_demand_options(spec)
     return request
 
 

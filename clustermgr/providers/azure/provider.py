@@ -24,6 +24,16 @@ from clustermgr.providers.azure.client import AzureClients
 from clustermgr.providers.azure.errors import SDK, SDK_ERRORS, classify, is_not_found
 from clustermgr.providers.azure.kind import AzureOptions
 from clustermgr.providers.azure.nics import NicJanitor
+from clustermgr.providers.azure.reservation_groups import (
+    beyond_line,
+    free_for,
+    group_id,
+    group_parts,
+    held_back,
+    resolved,
+    to_facts,
+    whole_group,
+)
 from clustermgr.providers.azure.shapes import (
     Names,
     SkuFacts,
@@ -49,7 +59,9 @@ from clustermgr.providers.base import (
     LaunchError,
     LaunchResult,
     LaunchSpec,
+    ReservationTarget,
 )
+from clustermgr.providers.reservations import ReservationFacts
 from clustermgr.providers.skeleton import Check, CloudProvider, Failure, Words, parallel
 
 if TYPE_CHECKING:
@@ -74,6 +86,7 @@ class VmPlan:
     request_id: str
     nodes: tuple[str, ...]
     ssh_public_key: str
+    held_back: LaunchError | None = None  # nodes a full reservation group does not launch
 
 
 @dataclass
@@ -90,6 +103,7 @@ class AzureProvider(CloudProvider[VmPlan]):
     def __init__(self, settings: ProviderSettings, cluster: str) -> None:
         super().__init__(settings, cluster)
         self.resource_group = settings.options_as(AzureOptions).resource_group
+        self.subscription_id = settings.options_as(AzureOptions).subscription_id
         self.clients = AzureClients(settings, pool_size=MAX_WORKERS + 4)
         self.nics = NicJanitor(cluster, self.network, self.resource_group)
         self.skus: dict[str, SkuFacts] = {}  # by lower-cased size name, from read_catalog
@@ -202,17 +216,57 @@ class AzureProvider(CloudProvider[VmPlan]):
 
     def prepare(self, spec: LaunchSpec, count: int, request_id: str) -> VmPlan | None:
         key = self._validate(spec, count)
-        nodes = spec.node_names[:count]
-        return VmPlan(spec, request_id, nodes, key) if nodes else None
+        spec = resolved(spec, self.subscription_id, self.resource_group)
+        nodes, refused = self._within_group(spec, spec.node_names[:count], request_id)
+        return VmPlan(spec, request_id, nodes, key, refused) if nodes or refused else None
 
     def start(self, plan: VmPlan, result: LaunchResult) -> None:
         self.nics.retry()
+        if plan.held_back is not None:
+            result.errors.append(plan.held_back)
         spec, request_id, key = plan.spec, plan.request_id, plan.ssh_public_key
         outcomes = self._parallel(lambda n: self._launch_node(spec, n, request_id, key), plan.nodes)
         for outcome in outcomes:
             if outcome.instance is not None:
                 result.instances.append(outcome.instance)
             result.errors.extend(outcome.errors)
+
+    # ------------------------------------------------------------------ reservations
+
+    def _group_members(self, ref: str) -> list[ReservationFacts]:
+        """Each member reservation of a group, with what it holds (its instance view)."""
+        full = group_id(self.subscription_id, self.resource_group, ref)
+        group, name = group_parts(full)
+        ops = self.compute().capacity_reservations
+
+        def read() -> list[ReservationFacts]:
+            members = ops.list_by_capacity_reservation_group(group, name)
+            return [
+                to_facts(ref, ops.get(group, name, str(m.name), expand="instanceView"))
+                for m in members
+            ]
+
+        return self.call(f"reading capacity reservation group {name}", read)
+
+    def reservations(self, targets: Sequence[ReservationTarget]) -> list[ReservationFacts]:
+        """Each capacity reservation group the targets name, as one row."""
+        refs = sorted({t.ref for t in targets if t.kind == "group"})
+        return [whole_group(ref, self._group_members(ref)) for ref in refs]
+
+    def _within_group(
+        self, spec: LaunchSpec, nodes: tuple[str, ...], request_id: str
+    ) -> tuple[tuple[str, ...], LaunchError | None]:
+        """The nodes to launch in the spec's group, and what a full group holds back."""
+        target = spec.reservation
+        if target is None or target.kind != "group" or not nodes:
+            return nodes, None
+        free, total = free_for(self._group_members(target.ref), spec.instance_types)
+        if len(nodes) <= free:
+            return nodes, None
+        if target.fallback:
+            log.warning(beyond_line(target, free, len(nodes), request_id))
+            return nodes, None
+        return nodes[:free], held_back(target, free, total, len(nodes) - free)
 
     def _validate(self, spec: LaunchSpec, count: int) -> str:
         """Raise INVALID (naming template and field) for what cannot work; the SSH key."""

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clustermgr.providers.azure.reservation_groups import vm_properties
 from clustermgr.providers.base import TAG_NODE, InstanceState, InstanceType, LaunchSpec, ours
 
 JSON = dict[str, Any]
@@ -163,6 +164,7 @@ def vm_body(spec: LaunchSpec, req: VmRequest) -> JSON:
         props["billingProfile"] = {"maxPrice": price}
     if spec.placement_group:
         props["proximityPlacementGroup"] = {"id": spec.placement_group}
+    props.update(vm_properties(spec))  # a capacity reservation group (azure/reservation_groups.py)
     body: JSON = {"location": req.region, "tags": dict(req.tags), "properties": props}
     if req.zone:
         body["zones"] = [req.zone]
