@@ -66,6 +66,9 @@ class LaunchSpec:
     # the root (boot) volume in GB; None: the image's own size. AWS: an EBS mapping for the
     # image's root device; Azure: osDisk.diskSizeGB; OpenStack: boot from a new volume
     root_volume_gb: int | None = None
+    # the template's fabric: "efa" (AWS: an EFA interface), "infiniband" (Azure: an RDMA
+    # size, accelerated networking), "sriov" (OpenStack: a port with vnic_type direct)
+    fabric: Literal["efa", "infiniband", "sriov"] | None = None
 
 
 @dataclass(frozen=True)

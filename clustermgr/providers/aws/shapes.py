@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any
 
 from clustermgr.core.errors import ErrorKind
+from clustermgr.providers.aws.efa import efa_run_request, with_efa
 from clustermgr.providers.aws.errors import kind_of
 from clustermgr.providers.base import (
     TAG_NODE,
@@ -110,7 +111,7 @@ def launch_template_data(spec: LaunchSpec, root_device: str | None = None) -> JS
         # only the size: the snapshot and volume type stay the image's own
         ebs = {"VolumeSize": spec.root_volume_gb, "DeleteOnTermination": True}
         data["BlockDeviceMappings"] = [{"DeviceName": root_device, "Ebs": ebs}]
-    return data
+    return with_efa(data, spec)
 
 
 def root_device(image: Mapping[str, Any]) -> tuple[str, str, int]:
@@ -259,7 +260,7 @@ def run_request(
         if spec.max_spot_price is not None:
             options["MaxPrice"] = _price(spec.max_spot_price)
         request["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": options}
-    return request
+    return efa_run_request(request, spec)
 
 
 def run_launched(answer: Mapping[str, Any]) -> list[Launched]:
