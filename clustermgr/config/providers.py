@@ -24,6 +24,8 @@ from clustermgr.core.inputs import slurm_hostlist_problem, slurm_word_problem
 from clustermgr.core.kinds import kind_of, kinds, unknown_type
 from clustermgr.core.pricing import BillingRule, Price
 
+Fabric = Literal["efa", "infiniband", "sriov"]
+
 OptionsT = TypeVar("OptionsT", bound=BaseModel)
 
 
@@ -212,6 +214,11 @@ class TemplateSettings(StrictModel):
     # figure, and how many of the template's nodes always stay on (SuspendExcNodes)
     idle_kw: float = Field(0.0, ge=0)
     min_on: int = Field(0, ge=0)
+    # the fabric (checked against the provider by config/fabric.py): aws `efa`, an EFA
+    # interface; azure `infiniband`, RDMA sizes; openstack `vnic_type = "direct"`, SR-IOV
+    efa: bool = False
+    infiniband: bool = False
+    vnic_type: Literal["normal", "direct"] = "normal"
 
     @field_validator("partition", "gpu_model")
     @classmethod
@@ -263,6 +270,14 @@ class TemplateSettings(StrictModel):
     def price_table(self) -> dict[str, Price]:
         """Hourly prices per instance type, as the one price type the cost code uses."""
         return {itype: Price(p.on_demand, p.spot) for itype, p in self.prices.items()}
+
+    @property
+    def fabric(self) -> Fabric | None:
+        if self.efa:
+            return "efa"
+        if self.infiniband:
+            return "infiniband"
+        return "sriov" if self.vnic_type == "direct" else None
 
     @property
     def node_limit(self) -> int:

@@ -12,6 +12,7 @@ from pydantic import ValidationError, model_validator
 
 from clustermgr.config.base import StrictModel, first_error
 from clustermgr.config.directors import DirectorSettings, ImagesSettings, LdapSettings
+from clustermgr.config.fabric import check_fabric
 from clustermgr.config.providers import ProviderSettings, TemplateSettings, is_onprem
 from clustermgr.config.sections import (
     ClusterSettings,
@@ -57,6 +58,7 @@ class Settings(StrictModel):
                 )
             _check_power_template(template, provider, self.slurm.onprem_partitions)
             _check_volume(f"template {template.name!r}", template.volume_size_gb, provider)
+            check_fabric(template, provider)
             if template.market == "spot" and "spot" not in kind_of(provider.type).capabilities:
                 raise ValueError(
                     f"template {template.name!r}: market 'spot' is not offered by "

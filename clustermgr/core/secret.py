@@ -38,6 +38,11 @@ def write_private(path: Path, content: bytes) -> None:
     0600: a scratch file beside it, written, synced, renamed over. OSError when the file
     cannot be written; ValueError (one line) when its directory is not this uid's alone,
     since whoever can write there could replace the file."""
+    write_atomic(path, content, 0o600)
+
+
+def write_atomic(path: Path, content: bytes, mode: int) -> None:
+    """`write_private` with another mode (a generated file others read: 0644)."""
     parent = path.parent
     try:
         info = parent.lstat()
@@ -56,7 +61,7 @@ def write_private(path: Path, content: bytes) -> None:
     try:
         if os.geteuid() == 0:
             os.fchown(fd, 0, 0)
-        os.fchmod(fd, 0o600)
+        os.fchmod(fd, mode)
         os.write(fd, content)
         os.fsync(fd)
     except OSError:

@@ -80,6 +80,9 @@ class LaunchSpec:
     # image's root device; Azure: osDisk.diskSizeGB; OpenStack: boot from a new volume
     root_volume_gb: int | None = None
     reservation: ReservationTarget | None = None
+    # the template's fabric: "efa" (AWS: an EFA interface), "infiniband" (Azure: an RDMA
+    # size, accelerated networking), "sriov" (OpenStack: a port with vnic_type direct)
+    fabric: Literal["efa", "infiniband", "sriov"] | None = None
 
 
 @dataclass(frozen=True)

@@ -68,6 +68,7 @@ class LaunchSpecs:
             network=template.network,
             root_volume_gb=template.volume_size_gb,
             reservation=reservation_target(template),
+            fabric=template.fabric,
         )
 
     def key_fetch(self, order: LaunchOrder) -> KeyFetch:

@@ -23,6 +23,7 @@ def _sku(
     family: str,
     spot: bool = True,
     restrictions: list[JSON] | None = None,
+    rdma: bool = False,
 ) -> JSON:
     """A resource SKU as `GET .../providers/Microsoft.Compute/skus` lists it for one
     subscription: capabilities (LowPriorityCapable: spot allowed), the zones it is offered
@@ -37,6 +38,8 @@ def _sku(
     ]
     if gpus:
         caps.append({"name": "GPUs", "value": str(gpus)})
+    if rdma:  # the InfiniBand sizes' capability, as `az vm list-skus` shows HB/ND..r sizes
+        caps.append({"name": "RdmaEnabled", "value": "True"})
     return {
         "resourceType": "virtualMachines",
         "name": name,
@@ -68,7 +71,7 @@ DEFAULT_SKUS: list[JSON] = [
     _sku("Standard_D2s_v3", 2, 8, 0, "standardDSv3Family"),
     _sku("Standard_D4s_v3", 4, 16, 0, "standardDSv3Family"),
     _sku("Standard_NC24ads_A100_v4", 24, 220, 1, "StandardNCADSA100v4Family"),
-    _sku("Standard_ND96asr_v4", 96, 900, 8, "standardNDASv4_A100Family"),
+    _sku("Standard_ND96asr_v4", 96, 900, 8, "standardNDASv4_A100Family", rdma=True),
     _sku(
         "Standard_ND96isr_H100_v5",
         96,
@@ -77,7 +80,7 @@ DEFAULT_SKUS: list[JSON] = [
         "standardNDSH100v5Family",
         restrictions=[_restricted("Zone", ["3"])],
     ),
-    _sku("Standard_HB120rs_v3", 120, 448, 0, "standardHBrsv3Family", spot=False),
+    _sku("Standard_HB120rs_v3", 120, 448, 0, "standardHBrsv3Family", spot=False, rdma=True),
     _sku(
         "Standard_ND40rs_v2",
         40,

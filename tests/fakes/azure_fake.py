@@ -308,6 +308,10 @@ class FakeAzure(HttpFake):
         with self.lock:
             return copy.deepcopy(self.state.vms[name.lower()])
 
+    def nic(self, name: str) -> JSON:
+        with self.lock:
+            return copy.deepcopy(self.state.nics[name.lower()])
+
     def nic_names(self) -> list[str]:
         with self.lock:
             return sorted(nic["name"] for nic in self.state.nics.values())
@@ -799,6 +803,11 @@ class FakeAzure(HttpFake):
                 ],
             },
         }
+        # NetworkInterfacePropertiesFormat.enableAcceleratedNetworking (Network Interfaces -
+        # Create Or Update, REST reference): kept as sent, as ARM answers it back
+        if "enableAcceleratedNetworking" in body.get("properties", {}):
+            accelerated = bool(body["properties"]["enableAcceleratedNetworking"])
+            nic["properties"]["enableAcceleratedNetworking"] = accelerated
         self.state.nics[name.lower()] = nic
         return Reply(201, nic)
 

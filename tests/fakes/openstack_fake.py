@@ -170,6 +170,7 @@ class FakeState:
     build_faults: list[str] = field(default_factory=list)  # the next servers' other faults
     quota_instances: int | None = None  # 403 "Quota exceeded for instances" above this
     next_address: int = 10
+    ports: dict[str, JSON] = field(default_factory=dict)  # Neutron ports by id
 
 
 class Req(http_fake.Req):
@@ -590,6 +591,9 @@ class FakeOpenStack(HttpFake):
         if len(rest) == 1 and req.method == "DELETE":
             self._server_by_id(rest[0])
             del self.state.servers[rest[0]]
+            for port in self.state.ports.values():  # a user's port is detached, not deleted
+                if port["device_id"] == rest[0]:
+                    port["device_id"], port["device_owner"] = "", ""
             return Reply(204, None)
         if len(rest) == 2 and rest[1] == "metadata" and req.method == "GET":
             return Reply(200, {"metadata": dict(self._server_by_id(rest[0])["metadata"])})
@@ -646,6 +650,11 @@ class FakeOpenStack(HttpFake):
             used = len(self.state.servers)
             raise NovaError(403, QUOTA_MESSAGE.format(used=used, limit=quota) + " instances")
         server = self._new_server(spec, flavor, image_id, networks)
+        asked = spec.get("networks")
+        for net in asked if isinstance(asked, list) else []:
+            if "port" in net:
+                self.state.ports[str(net["port"])]["device_id"] = server["id"]
+                self.state.ports[str(net["port"])]["device_owner"] = "compute:nova"
         server["block_device_mapping_v2"] = volumes
         server["volumes"] = [str(uuid.uuid4()) for _ in volumes]
         self.state.servers[server["id"]] = server
@@ -698,6 +707,14 @@ class FakeOpenStack(HttpFake):
         names = {v: k for k, v in self.networks.items()}
         found = []
         for net in networks if isinstance(networks, list) else []:
+            if "port" in net:  # Nova "Create server": networks[].port, a port the user made
+                port = self.state.ports.get(str(net["port"]))
+                if port is None:
+                    raise NovaError(400, f"Port {net['port']} could not be found.")
+                if port["device_id"]:
+                    raise NovaError(409, f"Port {net['port']} is still in use.")
+                found.append(names[port["network_id"]])
+                continue
             if net.get("uuid") not in names:
                 raise NovaError(400, f"Network {net.get('uuid')} could not be found.")
             found.append(names[net["uuid"]])
@@ -860,8 +877,41 @@ class FakeOpenStack(HttpFake):
                 images = [i for i in images if i[key] == req.query[key]]
         return Reply(200, {"images": images, "schema": "/v2/schemas/images", "first": "/v2/images"})
 
+    def _ports(self, req: Req, rest: list[str]) -> Reply:
+        """Neutron ports (Networking API v2.0 reference, Ports): create (POST /v2.0/ports,
+        201), list filtered by name and network_id, delete (204; 404 when unknown)."""
+        ports = self.state.ports
+        if req.method == "POST" and not rest:
+            body = req.json().get("port")
+            if not isinstance(body, dict) or body.get("network_id") not in self.networks.values():
+                raise NovaError(
+                    404, f"Network {(body or {}).get('network_id')} could not be found."
+                )
+            port = _port(body, self.project_id)
+            ports[port["id"]] = port
+            return Reply(201, {"port": port})
+        if req.method == "GET" and not rest:
+            found = list(ports.values())
+            for key in ("name", "network_id", "device_id"):
+                if key in req.query:
+                    found = [p for p in found if p[key] == req.query[key]]
+            return Reply(200, {"ports": copy.deepcopy(found)})
+        if len(rest) == 1 and rest[0] in ports:
+            if req.method == "GET":
+                return Reply(200, {"port": copy.deepcopy(ports[rest[0]])})
+            if req.method == "DELETE":
+                del ports[rest[0]]
+                return Reply(204, None)
+        raise NovaError(404, f"Port {'/'.join(rest)} could not be found.")
+
+    def port_list(self) -> list[JSON]:
+        with self.lock:
+            return copy.deepcopy(list(self.state.ports.values()))
+
     def _neutron(self, req: Req) -> Reply:
         rest = req.segs[2:]  # after /networking/v2.0
+        if rest and rest[0] == "ports":
+            return self._ports(req, rest[1:])
         if req.method != "GET" or not rest or rest[0] != "networks":
             raise NovaError(404, f"no network route {req.path}")
         nets = [_network(name, nid, self.project_id) for name, nid in self.networks.items()]
@@ -874,6 +924,24 @@ class FakeOpenStack(HttpFake):
             if key in req.query:
                 nets = [n for n in nets if n[key] == req.query[key]]
         return Reply(200, {"networks": nets})
+
+
+def _port(body: JSON, project_id: str) -> JSON:
+    """A port as Neutron's "Create port" answers it (Networking API v2.0 reference, Ports):
+    the fields openstacksdk's Port reads, `binding:vnic_type` as asked (default normal)."""
+    return {
+        "id": str(uuid.uuid4()),
+        "name": str(body.get("name") or ""),
+        "network_id": str(body["network_id"]),
+        "binding:vnic_type": str(body.get("binding:vnic_type") or "normal"),
+        "device_id": "",
+        "device_owner": "",
+        "status": "DOWN",
+        "admin_state_up": True,
+        "fixed_ips": [],
+        "tenant_id": project_id,
+        "project_id": project_id,
+    }
 
 
 def _iso(when: datetime, micro: bool = False) -> str:

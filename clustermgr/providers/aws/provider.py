@@ -41,6 +41,7 @@ from clustermgr.providers.aws.capacity_reservations import (
     without_reservation,
 )
 from clustermgr.providers.aws.client import MAX_WORKERS, AwsClients
+from clustermgr.providers.aws.efa import without_efa
 from clustermgr.providers.aws.errors import (
     NO_FLEET_API_CODES,
     NOT_FOUND_CODES,
@@ -309,7 +310,9 @@ class AwsProvider(CloudProvider[FleetPlan]):
             raise bad("instance_types", "", "no instance type given")
         if spec.market == "spot" and spec.max_spot_price is not None and spec.max_spot_price <= 0:
             raise bad("max_spot_price", str(spec.max_spot_price), "must be above zero")
-        self._once(("types", *spec.instance_types), lambda: self._check_types(spec, bad))
+        self._once(
+            ("types", spec.fabric or "", *spec.instance_types), lambda: self._check_types(spec, bad)
+        )
         if not spec.image.startswith("resolve:ssm:"):  # resolved by EC2 at launch
             self._once(("image", spec.image), lambda: self._check_image(spec, bad))
         if spec.root_volume_gb is not None:
@@ -351,6 +354,10 @@ class AwsProvider(CloudProvider[FleetPlan]):
         for itype in spec.instance_types:
             if itype not in known:
                 raise bad("instance_types", itype, f"not an instance type offered in {self.region}")
+        if spec.fabric == "efa":
+            for itype in without_efa(answer.get("InstanceTypes", [])):
+                why = "has no EFA (NetworkInfo.EfaSupported): efa = true needs an EFA type"
+                raise bad("instance_types", itype, why)
 
     def _find_bad_type(self, spec: LaunchSpec, bad: Bad) -> None:
         for itype in spec.instance_types:

@@ -17,6 +17,7 @@ from clustermgr.providers.aws.capacity_reservations import (
     on_demand_options,
     template_data,
 )
+from clustermgr.providers.aws.efa import efa_run_request, with_efa
 from clustermgr.providers.aws.errors import kind_of
 from clustermgr.providers.base import (
     TAG_NODE,
@@ -116,7 +117,7 @@ def launch_template_data(spec: LaunchSpec, root_device: str | None = None) -> JS
         ebs = {"VolumeSize": spec.root_volume_gb, "DeleteOnTermination": True}
         data["BlockDeviceMappings"] = [{"DeviceName": root_device, "Ebs": ebs}]
     data.update(template_data(spec))  # reserved capacity (aws/capacity_reservations.py)
-    return data
+    return with_efa(data, spec)
 
 
 def root_device(image: Mapping[str, Any]) -> tuple[str, str, int]:
@@ -265,7 +266,7 @@ def run_request(
         if spec.max_spot_price is not None:
             options["MaxPrice"] = _price(spec.max_spot_price)
         request["InstanceMarketOptions"] = {"MarketType": "spot", "SpotOptions": options}
-    return request
+    return efa_run_request(request, spec)
 
 
 def run_launched(answer: Mapping[str, Any]) -> list[Launched]:

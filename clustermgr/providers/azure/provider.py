@@ -22,6 +22,7 @@ from clustermgr.config import ProviderSettings
 from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.azure.client import AzureClients
 from clustermgr.providers.azure.errors import SDK, SDK_ERRORS, classify, is_not_found
+from clustermgr.providers.azure.infiniband import with_accelerated_networking
 from clustermgr.providers.azure.kind import AzureOptions
 from clustermgr.providers.azure.nics import NicJanitor
 from clustermgr.providers.azure.reservation_groups import (
@@ -278,6 +279,10 @@ class AzureProvider(CloudProvider[VmPlan]):
         for itype in spec.instance_types:
             if itype.lower() not in known:
                 raise bad("instance_types", itype, f"not a VM size offered in {self.region}")
+            facts = self.skus.get(itype.lower())
+            if spec.fabric == "infiniband" and not (facts and facts.rdma):
+                why = "not an InfiniBand size (resource SKU capability RdmaEnabled)"
+                raise bad("instance_types", itype, why)
         subnet = _subnet_parts(spec.subnets[0])
         if subnet is None:
             raise bad("subnets", spec.subnets[0], "not a .../virtualNetworks/V/subnets/S id")
@@ -442,6 +447,7 @@ class AzureProvider(CloudProvider[VmPlan]):
     def _ensure_nic(self, spec: LaunchSpec, name: str, tags: dict[str, str]) -> Any:
         nsg = spec.security_groups[0] if spec.security_groups else None
         body: Any = nic_body(self.region, spec.subnets[0], tags, nsg)  # ARM JSON, any SDK
+        body = with_accelerated_networking(body, spec)
         poller = self.network().network_interfaces.begin_create_or_update(
             self.resource_group, name, body
         )

@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from clustermgr.providers.azure.infiniband import rdma_capable
 from clustermgr.providers.azure.reservation_groups import vm_properties
 from clustermgr.providers.base import TAG_NODE, InstanceState, InstanceType, LaunchSpec, ours
 
@@ -224,6 +225,7 @@ class SkuFacts:
     region_ok: bool  # no Location restriction for the region
     zones: frozenset[str]  # zones offered there and not restricted
     spot: bool  # capability LowPriorityCapable (Spot and low-priority VMs)
+    rdma: bool = False  # capability RdmaEnabled / InfiniBandSupported (infiniband.py)
 
     def usable_zones(self, wanted: Sequence[str | None]) -> list[str | None]:
         """The zones of `wanted` this size can be placed in (None: regional, any zone)."""
@@ -253,7 +255,7 @@ def sku_facts(sku: Any, region: str) -> SkuFacts:
         elif kind == "zone":
             zones -= {str(z) for z in getattr(info, "zones", None) or []}
     spot = capabilities(sku).get("LowPriorityCapable", "False").lower() == "true"
-    return SkuFacts(region_ok, frozenset(zones), spot)
+    return SkuFacts(region_ok, frozenset(zones), spot, rdma_capable(capabilities(sku)))
 
 
 def capabilities(sku: Any) -> dict[str, str]:

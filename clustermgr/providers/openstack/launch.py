@@ -36,6 +36,7 @@ from clustermgr.providers.base import (
 from clustermgr.providers.openstack.client import Timing
 from clustermgr.providers.openstack.errors import NOT_FOUND_CODES, fault_failure
 from clustermgr.providers.openstack.shapes import instance_of, server_name
+from clustermgr.providers.openstack.sriov import PORT_KEY, ensure_port
 
 log = logging.getLogger(__name__)
 
@@ -306,9 +307,9 @@ class Launcher:
         if halt is not None:
             task.fail(halt.kind, halt.code, halt.args[0])
             return
-        attrs = self.server_attrs(task, plan)
         compute = self.nova.service("compute")
         try:
+            attrs = self.server_attrs(task, plan)  # an SR-IOV port first: fails like the create
             server = self.nova.call(
                 f"creating server {task.name} ({task.current.flavor})",
                 lambda: compute.create_server(**attrs),
@@ -346,6 +347,10 @@ class Launcher:
             attrs["security_groups"] = [{"name": g} for g in spec.security_groups]
         if attempt.zone:
             attrs["availability_zone"] = attempt.zone
+        if spec.fabric == "sriov" and isinstance(plan.networks, list):
+            port = ensure_port(self.nova, plan.networks[0]["uuid"], task.name)
+            attrs["networks"] = [{"port": port}]
+            attrs["metadata"][PORT_KEY] = port
         return attrs
 
     # ------------------------------------------------------------------ wait

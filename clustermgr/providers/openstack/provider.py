@@ -30,6 +30,7 @@ from clustermgr.providers.openstack.errors import (
 )
 from clustermgr.providers.openstack.launch import Launcher, ServerPlan, plan_servers
 from clustermgr.providers.openstack.shapes import instance_of, instance_type_of
+from clustermgr.providers.openstack.sriov import PORT_KEY, delete_port
 from clustermgr.providers.skeleton import Check, CloudProvider, TtlCache, Words, parallel
 
 log = logging.getLogger(__name__)
@@ -161,6 +162,9 @@ class OpenStackProvider(CloudProvider[ServerPlan]):
             log.warning("not terminating server %s: it is not tagged as ours", server_id)
             return
         self.delete_server(server_id)
+        port = (server.metadata or {}).get(PORT_KEY)
+        if port:  # an SR-IOV port of ours: Nova detaches it but does not delete it
+            delete_port(self, str(port))
 
     def get_server(self, server_id: str) -> Any | None:
         """The server, or None when it is gone."""
