@@ -6,6 +6,14 @@ region (the base image in its own region, the copy `machine_images` holds elsewh
 `clustermgr images sync` through the provider's machine-image capability) with the image's
 user-data rendered for the region: its director's address, the revision that director
 serves, and the launch request's munge-key token.
+
+The definitions the templates name are read with the configuration (`template_definitions`,
+at start and on a reload); a cycle reads only the database's copies, directors and
+revisions (`region_images`, in observe's session, and only when some template names a
+definition). A template whose region has no usable machine image yet waits
+(`image_waits`: `(Code:IMAGE) waiting for image ...`): clamp refuses its launches as it
+does a director's wait, and cm-scale starts the missing copy
+(`machine_images.start_copies`).
 """
 
 from __future__ import annotations
@@ -18,23 +26,25 @@ from dataclasses import dataclass
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
-from clustermgr.config import Settings, TemplateSettings
+from clustermgr.config import NAME_PATTERN, Settings, TemplateSettings
 from clustermgr.core.errors import ConfigError
 from clustermgr.core.inputs import usable_address
 from clustermgr.core.kinds import kind_of
-from clustermgr.db.database import Database
+from clustermgr.core.reasons import Reason
 from clustermgr.db.models import Director, Image, ImageReplica, MachineImage
 from clustermgr.directors.states import SERVING, DirectorState, director_name
 from clustermgr.imaging.definitions import (
     ClusterFacts,
     LoadedImage,
     images_dir,
+    load_image,
     load_images,
     render,
 )
 from clustermgr.imaging.machine_images import regions_in_use
 from clustermgr.nodes.bootstrap import KeyFetch, bootstrap_facts
 
+IMAGE = "IMAGE"  # the reason kind of an image wait; not a failure kind (no protection count)
 CLOSE_MATCH = 0.8  # difflib ratio above which a raw id is taken for a misspelt image name
 
 
@@ -46,11 +56,12 @@ class ImageUnavailable(Exception):
 class RegionImage:
     """What a template naming an image definition launches with in its region, this cycle."""
 
-    image: LoadedImage | None  # None: the definitions do not load (`problem`)
+    image: LoadedImage
     machine_image: str | None  # None: not in the region (yet); `problem` says why
     director_address: str
     revision: str  # the revision the region's director serves ("" before any sync)
     problem: str = ""
+    copy_wanted: bool = False  # a copy into the region to start or follow (not a failed one)
 
 
 def definitions(settings: Settings) -> dict[str, LoadedImage]:
@@ -100,23 +111,46 @@ def image_problem(
     )
 
 
-def region_images(db: Database, settings: Settings) -> dict[str, RegionImage]:
-    """For every template naming an image definition: its launch image and facts now.
-    Definitions that no longer load (edited since the start) make every template whose
-    image is no plausible raw id unlaunchable, with that line as the reason."""
-    try:
-        loaded = definitions(settings)
-    except ConfigError as exc:
-        return {
-            t.name: RegionImage(None, None, "", "", f"image definitions: {exc}")
-            for t in settings.templates
-            if image_problem(settings, t, {})
-        }
-    named = [t for t in settings.templates if t.image in loaded]
-    if not named:
-        return {}
-    with db.session() as session:
-        return {t.name: _region_image(session, settings, t, loaded[t.image]) for t in named}
+def template_definitions(settings: Settings) -> dict[str, LoadedImage]:
+    """The image definitions the templates name, by name, read with the configuration (at
+    start and on every reload, never in a cycle): only `DIR/IMAGE.toml` of a template whose
+    `image` has one, so a site whose templates all boot raw machine-image ids reads none.
+    A definition that does not load is a ConfigError (one line naming the file and field)."""
+    directory = images_dir(settings)
+    loaded: dict[str, LoadedImage] = {}
+    for template in settings.templates:
+        value = template.image
+        if value in loaded or not re.match(NAME_PATTERN, value):
+            continue  # an id with "/" or ":" (Azure, gallery) is never a file name
+        if not kind_of(settings.provider(template.provider).type).boots_images:
+            continue
+        path = directory / f"{value}.toml"
+        if path.is_file():
+            loaded[value] = load_image(path)
+    return loaded
+
+
+def region_images(
+    session: Session, settings: Settings, loaded: Mapping[str, LoadedImage]
+) -> dict[str, RegionImage]:
+    """For every template naming one of the `loaded` definitions: its launch image and
+    facts now (the cycle's read of copies, directors and revisions)."""
+    return {
+        t.name: _region_image(session, settings, t, loaded[t.image])
+        for t in settings.templates
+        if t.image in loaded
+    }
+
+
+def image_waits(images: Mapping[str, RegionImage]) -> dict[str, str]:
+    """template -> `(Code:IMAGE) waiting for ...` for each template whose region has no
+    usable machine image yet: clamp refuses its launches with it (no failed launch, no
+    protection count), as it does a director's wait."""
+    return {
+        name: str(Reason(IMAGE, f"waiting for {found.problem}"))
+        for name, found in images.items()
+        if found.machine_image is None
+    }
 
 
 def _region_image(
@@ -130,16 +164,16 @@ def _region_image(
     if director is not None and _serving(director):
         address = usable_address(director.private_address, f"director {director.name}") or ""
     revision = served_revision(session, image.name, director)
-    machine, problem = _machine_image(session, settings, template, image)
+    machine, problem, copy = _machine_image(session, settings, template, image)
     if machine is not None and not address and _needs_director(image):
         machine, problem = (
             None,
             (
-                f"image {image.name} mounts from its region's director, and {provider.name} "
-                f"({provider.region}) has no director serving yet"
+                f"image {image.name}: it mounts from its region's director, and "
+                f"{provider.name} ({provider.region}) has no director serving yet"
             ),
         )
-    return RegionImage(image, machine, address, revision, problem)
+    return RegionImage(image, machine, address, revision, problem, copy)
 
 
 def _serving(director: Director) -> bool:
@@ -170,33 +204,35 @@ def served_revision(session: Session, image: str, director: Director | None) -> 
 
 def _machine_image(
     session: Session, settings: Settings, template: TemplateSettings, image: LoadedImage
-) -> tuple[str | None, str]:
+) -> tuple[str | None, str, bool]:
+    """(machine image or None, why not, whether cm-scale should start or follow its copy)."""
     provider = settings.provider(template.provider)
     base = image.definition.base.get(provider.type)
     if base is None:
-        return None, f"image {image.name} has no [base.{provider.type}]"
+        return None, f"image {image.name}: it has no [base.{provider.type}]", False
     if provider.name not in {p.name for p in regions_in_use(settings, provider.type)}:
-        return base.image, ""  # a type that copies nothing: the base image, as named
+        return base.image, "", False  # a type that copies nothing: the base image, as named
     if base.region is None or base.region == provider.region:
-        return base.image, ""
+        return base.image, "", False
     row = session.scalars(
         select(MachineImage).filter_by(
             image_name=image.name, provider_name=provider.name, region=provider.region
         )
     ).one_or_none()
     if row is not None and row.state == "available" and row.source_image == base.image:
-        return row.image_id, ""
-    state = "not copied yet" if row is None else f"copy {row.state}"
-    why = f": {row.error}" if row is not None and row.error else ""
-    return None, (
-        f"image {image.name}'s {base.image} is not in {provider.region} ({state}{why}; "
-        "clustermgr images sync copies it)"
-    )
+        return row.image_id, "", False
+    where = f"image {image.name} in {provider.region}: {base.image}"
+    if row is None or row.source_image != base.image:
+        return None, f"{where} is not copied there yet (cm-scale starts the copy)", True
+    if row.state == "pending":
+        return None, f"{where} is being copied ({row.image_id or 'requested'})", True
+    why = f": {row.error}" if row.error else ""
+    return None, f"{where}: its copy {row.state}{why}; clustermgr images sync retries it", False
 
 
 def launch_image(found: RegionImage) -> str:
     """The machine image to boot; ImageUnavailable when the region has none yet."""
-    if found.machine_image is None or found.image is None:
+    if found.machine_image is None:
         raise ImageUnavailable(found.problem)
     return found.machine_image
 
@@ -212,7 +248,5 @@ def launch_user_data(
     boot = bootstrap_facts(settings, provider_type, controller_version)
     if key is not None:
         boot = boot.with_key(key)
-    if found.image is None:
-        raise ImageUnavailable(found.problem)
     facts = ClusterFacts(boot, found.director_address, found.revision)
     return render(found.image, facts)

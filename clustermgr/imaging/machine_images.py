@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
@@ -98,6 +99,23 @@ def copy_base_images(
     return refresh(db, settings, image.name) if copied else []
 
 
+def start_copies(
+    db: Database, settings: Settings, image: LoadedImage, providers: Collection[str]
+) -> list[MachineImageStatus]:
+    """What cm-scale does for launches that wait for a copy: a copy requested into each of
+    `providers`' regions that has none for the base image yet (or whose request the cloud
+    did not accept yet: throttled), then every pending copy of the image asked for its
+    state. A failed copy is left to `clustermgr images sync` (a copy the cloud refuses for
+    good would be asked for again every cycle)."""
+    wanted = [p for p in settings.providers if p.name in providers]
+    for provider in wanted:
+        base = image.definition.base.get(provider.type)
+        if base is not None and provider in regions_in_use(settings, provider.type):
+            region = base.region or provider.region
+            _copy_into(db, settings, image.name, base.image, provider, region, only_new=True)
+    return refresh(db, settings, image.name)
+
+
 def _copy_into(
     db: Database,
     settings: Settings,
@@ -105,14 +123,20 @@ def _copy_into(
     source: str,
     provider: ProviderSettings,
     source_region: str,
+    only_new: bool = False,
 ) -> None:
-    """The provider's row for `image`, made or reset for `source`; a copy requested."""
+    """The provider's row for `image`, made or reset for `source`; a copy requested.
+    `only_new`: a row already there for `source` is left as it is, unless its copy was
+    never accepted (a throttled request is asked again)."""
     with db.session() as session:
         row = session.scalars(
             select(MachineImage).filter_by(
                 image_name=image, provider_name=provider.name, region=provider.region
             )
         ).one_or_none()
+        settled = row is not None and (row.image_id is not None or row.state == "failed")
+        if only_new and row is not None and row.source_image == source and settled:
+            return  # accepted (refresh follows it) or failed (images sync retries it)
         if row is None:
             row = MachineImage(
                 image_name=image,

@@ -35,7 +35,8 @@ class TemplateView:
     # (Code:PROTECTED) reason, or (Code:BACKOFF) while its cloud is busy: the engine
     # launches none now
     protected: str | None = None
-    # (Code:DIRECTOR) reason: its region's director is not READY yet, so the engine launches
+    # (Code:DIRECTOR) reason: its region's director is not READY yet, or (Code:IMAGE): its
+    # region has no usable machine image of its image definition yet, so the engine launches
     # none now (the nodes stay held, the jobs pending); a policy may ask another region
     waiting: str | None = None
     # on-prem templates (ipmi, redfish providers): nodes that always stay on, and an idle

@@ -26,7 +26,7 @@ DEMAND_STATES = ACTIVE_CLOUD_STATES | {NodeState.REQUESTED}
 
 
 def with_waits(view: ClusterView, waiting: Mapping[str, str]) -> ClusterView:
-    """The view with each waiting template's `(Code:DIRECTOR)` reason set."""
+    """The view with each waiting template's `(Code:DIRECTOR)` or `(Code:IMAGE)` reason set."""
     if not waiting:
         return view
     templates = {

@@ -20,7 +20,13 @@ from clustermgr.core import progress_marks
 from clustermgr.core.errors import ClusterMgrError, ProviderError, WorkloadError
 from clustermgr.db.database import Database
 from clustermgr.directors.gate import read_gate
-from clustermgr.imaging.launch_images import region_images
+from clustermgr.imaging.launch_images import (
+    RegionImage,
+    image_waits,
+    region_images,
+    template_definitions,
+)
+from clustermgr.imaging.machine_images import start_copies
 from clustermgr.policy.chain import PolicyRunner
 from clustermgr.policy.loader import load_chain
 from clustermgr.policy.view import ClusterView
@@ -63,6 +69,7 @@ class CycleReport:
     provider_errors: dict[str, str] = field(default_factory=dict)
     view: ClusterView | None = None
     directors: str = ""  # what the director lifecycle did after the cycle, if anything
+    copies: str = ""  # the machine-image copies launches wait for, as cm-scale left them
 
     @property
     def launched(self) -> list[str]:
@@ -97,6 +104,8 @@ class CycleReport:
         parts += waiting_summary(self.view)
         if self.directors:
             parts.append(f"directors: {self.directors}")
+        if self.copies:
+            parts.append(f"image copies: {self.copies}")
         return ", ".join(parts)
 
     @property
@@ -131,6 +140,8 @@ class Engine:
         # Asked before every act step: a daemon that lost leadership must not act.
         self.guard: Callable[[], bool] = lambda: True
         self._version: tuple[float, str] | None = None  # (when read, slurmctld's version)
+        # read with the configuration (a reload builds a new engine); ConfigError if bad
+        self.images = template_definitions(settings)
 
     def provider(self, name: str) -> Provider:
         if name not in self.providers:
@@ -169,6 +180,7 @@ class Engine:
             spend = month_spend(session, now)
             health = template_health(session, self.settings, now)
             gate = read_gate(session, self.settings, instances)
+            images = region_images(session, self.settings, self.images) if self.images else {}
             held = (
                 {r.instance_id for r in rows.records.values() if r.instance_id}
                 | rows.unreadable_instances
@@ -187,18 +199,21 @@ class Engine:
             month_spend=spend,
             protected={h.template: h.blocked for h in health if h.blocked},
             health={h.template: h for h in health},
-            director_waits=gate.waiting,
+            director_waits={**image_waits(images), **gate.waiting},  # the director first
             director_instances=gate.instances,
             director_requests=gate.requests,
             ownership=ownership,
             unreadable_instances=rows.unreadable_instances,
             controller_version=self.controller_version(),
+            images=images,
         )
 
     def _cycle(self, report: CycleReport, dry_run: bool, decide: bool) -> None:
         snapshot = self.observe(report)
         with snapshot_frozen():
             self._judge_decide_act(report, snapshot, dry_run, decide)
+        if not dry_run and self.guard():
+            report.copies = self._start_copies(snapshot.images)
 
     def _judge_decide_act(
         self, report: CycleReport, snapshot: Snapshot, dry_run: bool, decide: bool
@@ -232,7 +247,7 @@ class Engine:
                 self.settings,
                 self.clock,
                 snapshot.controller_version,
-                region_images(self.db, self.settings),
+                snapshot.images,
             ),
             self.actor_name,
             slurm_nodes=snapshot.workload.nodes,
@@ -251,6 +266,29 @@ class Engine:
         report.error = report.error or report.acted.error
 
     # --- helpers -------------------------------------------------------------------------
+
+    def _start_copies(self, images: Mapping[str, RegionImage]) -> str:
+        """The machine-image copies waiting templates need: started where none is, followed
+        where one is pending (`machine_images.start_copies`); what they are now."""
+        wanted: dict[str, set[str]] = {}
+        for name, found in images.items():
+            if found.copy_wanted:
+                provider = self.settings.template(name).provider
+                wanted.setdefault(found.image.name, set()).add(provider)
+        done: list[str] = []
+        for image, providers in sorted(wanted.items()):
+            progress_marks.step(f"copying image {image} into its regions")
+            try:
+                rows = start_copies(self.db, self.settings, self.images[image], providers)
+            except ClusterMgrError as exc:
+                log.warning("image %s: copies not started: %s", image, exc)
+                done.append(f"{image}: {exc}")
+                continue
+            for row in rows:
+                if row.provider in providers:
+                    error = f" ({row.error})" if row.error else ""
+                    done.append(f"{image} to {row.region} {row.state}{error}")
+        return ", ".join(done)
 
     def controller_version(self) -> str:
         """slurmctld's version, asked again at most every VERSION_TTL_S (an upgrade of the

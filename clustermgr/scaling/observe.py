@@ -19,6 +19,7 @@ from clustermgr.config import Settings, slurm_features
 from clustermgr.core.inputs import slurm_word_problem, usable_address
 from clustermgr.db.models import InstanceRun, Node, NodeEvent
 from clustermgr.db.ownership import Ownership, known
+from clustermgr.imaging.launch_images import RegionImage
 from clustermgr.nodes.states import NodeState
 from clustermgr.policy.view import LaunchFailure, TemplateView
 from clustermgr.providers.base import CloudInstance
@@ -66,7 +67,8 @@ class Snapshot:
     # the templates' failure counts as the database has them (protection.with_this_cycle
     # adds the cycle's own verdicts); empty: `protected` is taken as it is
     health: Mapping[str, TemplateHealth] = field(default_factory=dict)
-    # template -> (Code:DIRECTOR) reason while its region's required director is not READY
+    # template -> (Code:DIRECTOR) reason while its region's required director is not READY,
+    # or (Code:IMAGE) while its region has no usable machine image of its image definition
     director_waits: Mapping[str, str] = field(default_factory=dict)
     director_instances: frozenset[str] = frozenset()  # instance ids director rows hold
     director_requests: frozenset[str] = frozenset()  # request ids of director launches
@@ -75,6 +77,9 @@ class Snapshot:
     # instance ids held by node rows this cycle could not read: never orphans
     unreadable_instances: frozenset[str] = frozenset()
     controller_version: str = ""  # slurmctld's, for the user-data (nodes check their slurmd)
+    # template -> its region's machine image, director and revision, for each template
+    # naming an image definition (the launches' specs; a missing one is a wait above)
+    images: Mapping[str, RegionImage] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,7 @@
 version (from the cycle's snapshot) and a one-time munge-key token for the request.
 
 A template whose `image` names an image definition boots that image's machine image in its
-region with the image's user-data rendered for the region (`images`: the cycle's
+region with the image's user-data rendered for the region (`images`: the snapshot's, read by
 `clustermgr.imaging.launch_images.region_images`); any other template boots its `image` as
 a raw machine-image id with the plain boot script.
 

@@ -42,6 +42,7 @@ import trustme
 
 from tests.fakes import http_fake
 from tests.fakes.azure_answers import DEFAULT_SKUS, LOCATION, SHAPES, SUBSCRIPTION
+from tests.fakes.azure_gallery import Galleries
 from tests.fakes.azure_reservations import FakeGroup, FakeMember, group_json, group_of, member_json
 from tests.fakes.http_fake import JSON, HttpFake, Reply, Req
 
@@ -164,7 +165,8 @@ class FakeAzure(HttpFake):
             "/providers/Microsoft.Network/virtualNetworks/vnet-burst/subnets/compute"
         )
         self.managed_images = {"img-compute"}
-        self.gallery_versions = {("gal", "compute", "1.0.0")}
+        self.galleries = Galleries(LOCATION)  # gallery image versions and their regions
+        self.galleries.add("gal", "compute", "1.0.0", [LOCATION])
         self.ssh_keys = {"burst-key": "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIFakeFakeFake burst"}
         self.marketplace = {("canonical", "ubuntu-24_04-lts", "server"): ["24.04.202501010"]}
         self.state = FakeState()
@@ -650,6 +652,15 @@ class FakeAzure(HttpFake):
         image = props.get("storageProfile", {}).get("imageReference", {})
         if not self._image_exists(image):
             raise ArmError(404, "ImageNotFound", f"image {image} not found.")
+        key = _gallery_key([s.lower() for s in image.get("id", "").split("/") if s])
+        if key is not None and not self.galleries.replicated(key, self.location):
+            raise ArmError(
+                404,
+                "GalleryImageNotFound",
+                f"The gallery image {image['id']} is not available in {self.location} region. "
+                "Please contact image owner to replicate to this region, or change your "
+                "requested region.",
+            )
         if props.get("priority") == "Spot" and props.get("evictionPolicy") not in (
             "Delete",
             "Deallocate",
@@ -842,13 +853,10 @@ class FakeAzure(HttpFake):
         raise ArmError(404, "ResourceNotFound", _not_found("sshPublicKeys", "/".join(req.segs)))
 
     def _galleries(self, req: Req) -> Reply:
-        rest = [s.lower() for s in req.segs]  # [gallery, "images", definition, "versions", v]
-        if (
-            req.method == "GET"
-            and len(rest) == 5
-            and (rest[0], rest[2], rest[4]) in self.gallery_versions
-        ):
-            return Reply(200, {"id": req.path, "name": req.segs[4], "location": self.location})
+        with self.lock:
+            found = self.galleries.route(req)
+        if found is not None:
+            return found
         raise ArmError(404, "ResourceNotFound", _not_found("galleries", "/".join(req.segs)))
 
     def _marketplace(self, segs: list[str]) -> Reply:
@@ -868,14 +876,21 @@ class FakeAzure(HttpFake):
     def _image_exists(self, ref: JSON) -> bool:
         if ref.get("id"):
             segs = [s.lower() for s in ref["id"].split("/") if s]
-            if "galleries" in segs:
-                at = segs.index("galleries")
-                key = (segs[at + 1], segs[at + 3], segs[at + 5]) if len(segs) > at + 5 else ()
-                return key in self.gallery_versions
+            key = _gallery_key(segs)
+            if key is not None:
+                return self.galleries.exists(key)
             return segs[-1] in self.managed_images
         key3 = (ref.get("publisher", "").lower(), ref.get("offer", "").lower())
         versions = self.marketplace.get((*key3, ref.get("sku", "").lower()))
         return versions is not None and ref.get("version") in (*versions, "latest")
+
+
+def _gallery_key(segs: list[str]) -> tuple[str, str, str] | None:
+    """(gallery, image, version) of a lower-cased gallery image version id's segments."""
+    if "galleries" not in segs:
+        return None
+    at = segs.index("galleries")
+    return (segs[at + 1], segs[at + 3], segs[at + 5]) if len(segs) > at + 5 else None
 
 
 def _not_found(kind: str, name: str) -> str:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import os
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -19,8 +20,13 @@ from clustermgr.db.database import Database
 from clustermgr.db.models import Image, ImageReplica, Provider
 from clustermgr.directors import states
 from clustermgr.imaging.definitions import find_image
-from clustermgr.imaging.launch_images import ImageUnavailable, region_images
-from clustermgr.imaging.machine_images import copy_base_images
+from clustermgr.imaging.launch_images import (
+    ImageUnavailable,
+    RegionImage,
+    region_images,
+    template_definitions,
+)
+from clustermgr.imaging.machine_images import copy_base_images, refresh, start_copies
 from clustermgr.providers.registry import make_provider
 from clustermgr.scaling.clamp import LaunchOrder
 from clustermgr.scaling.specs import LaunchSpecs
@@ -88,6 +94,13 @@ def db(sqlite_db: Database) -> Database:
     return sqlite_db
 
 
+def images_now(db: Database, settings: Settings) -> dict[str, RegionImage]:
+    """What a cycle reads: the definitions loaded with the configuration, the database's
+    copies, directors and revisions now."""
+    with db.session() as session:
+        return region_images(session, settings, template_definitions(settings))
+
+
 def serve_revision(db: Database, provider: ProviderSettings) -> None:
     """The region's director READY at DIRECTOR_ADDRESS, serving REVISION (verified)."""
     with db.session() as session:
@@ -111,7 +124,7 @@ def serve_revision(db: Database, provider: ProviderSettings) -> None:
 
 def launch_spec(db: Database, settings: Settings) -> Any:
     order = LaunchOrder("gpu", ("gpu-1",), "on-demand", "req-img-1", "test")
-    specs = LaunchSpecs(settings, lambda: datetime.now(UTC), "22.05.8", region_images(db, settings))
+    specs = LaunchSpecs(settings, lambda: datetime.now(UTC), "22.05.8", images_now(db, settings))
     return specs(order)
 
 
@@ -137,7 +150,7 @@ def test_aws_template_launches_the_regions_copy_with_the_rendered_user_data(
         subnet = ec2.describe_subnets()["Subnets"][0]["SubnetId"]
         settings = settings_with(tmp_path, west, instance_types=["g5.xlarge"], subnets=[subnet])
         serve_revision(db, west)
-        with pytest.raises(ImageUnavailable, match=r"not in us-west-2 \(not copied yet"):
+        with pytest.raises(ImageUnavailable, match=r"in us-west-2: .* is not copied there yet"):
             launch_spec(db, settings)
 
         [copy] = copy_base_images(db, settings, find_image(tmp_path / "defs", "node"))
@@ -197,3 +210,64 @@ def test_openstack_template_launches_the_glance_image_with_the_rendered_user_dat
         [server] = harness.fake.state.servers.values()
         assert server["image"] == harness.fake.images["ubuntu-24.04"]
         assert_rendered(decoded(server["user_data"]), "openstack")
+
+
+def test_azure_template_launches_the_gallery_version_once_replicated_into_its_region(
+    db: Database, tmp_path: Path
+) -> None:
+    """The base is a gallery image version in westus only; the template's region is the
+    fake's (eastus): the launch waits while cm-scale adds eastus to the version's target
+    regions, then boots the version by its own id."""
+    with azure_harness.contract_harness(tmp_path) as harness:
+        fake = harness.fake
+        fake.galleries.add("gal", "compute", "2.0.0", ["westus"])
+        gallery = GALLERY.format(sub=fake.subscription_id, rg=fake.resource_group)
+        gallery = gallery.replace("/1.0.0", "/2.0.0")
+        defs = write_definition(tmp_path / "defs", gallery)
+        toml = defs / "node.toml"
+        toml.write_text(
+            toml.read_text().replace(
+                f'[base.azure]\nimage = "{gallery}"\n',
+                f'[base.azure]\nimage = "{gallery}"\nregion = "westus"\n',
+            )
+        )
+        provider = harness.settings(name="azure-east")
+        settings = settings_with(
+            tmp_path,
+            provider,
+            instance_types=["Standard_NC24ads_A100_v4"],
+            subnets=[fake.vnet_subnet],
+        )
+        serve_revision(db, provider)
+        with pytest.raises(ImageUnavailable, match=r"in eastus: .* is not copied there yet"):
+            launch_spec(db, settings)
+        # booted as it is, the version is refused in eastus (not replicated there)
+        made = make_provider(provider, "burst")
+        refused = made.launch(replace(launch_spec_raw(settings), image=gallery), 1, "r-0")
+        assert not refused.ok and "GalleryImageNotFound" in str(refused.errors)
+
+        image = template_definitions(settings)["node"]
+        [copy] = start_copies(db, settings, image, {"azure-east"})
+        assert copy.state == "pending" and copy.image_id == gallery  # replicating
+        with pytest.raises(ImageUnavailable, match=r"is being copied"):
+            launch_spec(db, settings)
+        start_copies(db, settings, image, {"azure-east"})  # followed, not asked again
+        assert fake.galleries.updates == 2  # the replication and the tags, once each
+        [done] = refresh(db, settings, "node")
+        assert done.state == "available"
+
+        result = made.launch(launch_spec(db, settings), 1, "r-1")
+        assert result.ok, result.errors
+        [name] = [n for n in fake.vm_names() if fake.vm(n)["properties"].get("userData")]
+        props = fake.vm(name)["properties"]
+        assert props["storageProfile"]["imageReference"]["id"] == gallery
+        assert_rendered(decoded(props["userData"]), "azure")
+        version = fake.galleries.versions[("gal", "compute", "2.0.0")]
+        assert set(version.regions) == {"westus", "eastus"}
+        assert version.tags["clustermgr-image"] == "node"
+
+
+def launch_spec_raw(settings: Settings) -> Any:
+    """The plain spec of a raw-id launch (the template's image as a machine-image id)."""
+    order = LaunchOrder("gpu", ("gpu-2",), "on-demand", "req-raw-0", "test")
+    return LaunchSpecs(settings, lambda: datetime.now(UTC), "22.05.8")(order)

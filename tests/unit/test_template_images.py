@@ -18,10 +18,12 @@ from clustermgr.db.models import Image, ImageReplica, MachineImage, Provider
 from clustermgr.directors import states
 from clustermgr.imaging.launch_images import (
     ImageUnavailable,
+    RegionImage,
     check_template_images,
     launch_image,
     launch_user_data,
     region_images,
+    template_definitions,
 )
 from clustermgr.nodes.bootstrap import KeyFetch
 from clustermgr.scaling.clamp import LaunchOrder
@@ -130,6 +132,13 @@ def db(sqlite_db: Database) -> Database:
     return sqlite_db
 
 
+def images_now(db: Database, settings: Settings) -> dict[str, RegionImage]:
+    """What a cycle reads: the definitions loaded with the configuration, the database's
+    copies, directors and revisions now."""
+    with db.session() as session:
+        return region_images(session, settings, template_definitions(settings))
+
+
 def director(db: Database, provider: str, address: str | None, revisions: dict[str, str]) -> None:
     """The region's director READY at `address`, with its replicas of `revisions` (state)."""
     with db.session() as session:
@@ -153,8 +162,8 @@ def director(db: Database, provider: str, address: str | None, revisions: dict[s
 def test_the_copy_in_the_region_is_booted_once_available(tmp_path: Path, db: Database) -> None:
     settings = settings_for(tmp_path, "aws-west", "node")
     director(db, "aws-west", "10.9.0.5", {"r1-aaa": "verified"})
-    with pytest.raises(ImageUnavailable, match=r"not in us-west-2 \(not copied yet; clustermgr"):
-        launch_image(region_images(db, settings)["gpu"])
+    with pytest.raises(ImageUnavailable, match=r"is not copied there yet \(cm-scale starts"):
+        launch_image(images_now(db, settings)["gpu"])
     with db.session() as session:
         session.add(
             MachineImage(
@@ -167,11 +176,11 @@ def test_the_copy_in_the_region_is_booted_once_available(tmp_path: Path, db: Dat
                 error="",
             )
         )
-    with pytest.raises(ImageUnavailable, match="copy pending"):
-        launch_image(region_images(db, settings)["gpu"])
+    with pytest.raises(ImageUnavailable, match=r"is being copied \(ami-0copy\)"):
+        launch_image(images_now(db, settings)["gpu"])
     with db.session() as session:
         session.query(MachineImage).one().state = "available"
-    assert launch_image(region_images(db, settings)["gpu"]) == "ami-0copy"
+    assert launch_image(images_now(db, settings)["gpu"]) == "ami-0copy"
 
 
 def test_in_the_base_images_own_region_the_base_image_is_booted(
@@ -179,17 +188,17 @@ def test_in_the_base_images_own_region_the_base_image_is_booted(
 ) -> None:
     settings = settings_for(tmp_path, "aws-east", "node")
     director(db, "aws-east", "10.9.0.5", {})
-    assert launch_image(region_images(db, settings)["gpu"]) == AMI
+    assert launch_image(images_now(db, settings)["gpu"]) == AMI
 
 
 def test_a_director_mount_needs_a_serving_director_with_a_usable_address(
     tmp_path: Path, db: Database
 ) -> None:
     settings = settings_for(tmp_path, "os", "node")
-    assert "no director serving yet" in region_images(db, settings)["gpu"].problem
+    assert "no director serving yet" in images_now(db, settings)["gpu"].problem
     director(db, "os", "10.9.0.5 nodehostname=evil", {})
     with pytest.raises(ImageUnavailable, match="no director serving yet"):
-        launch_image(region_images(db, settings)["gpu"])
+        launch_image(images_now(db, settings)["gpu"])
 
 
 def test_user_data_carries_the_regions_facts_and_the_revision_its_director_serves(
@@ -199,7 +208,7 @@ def test_user_data_carries_the_regions_facts_and_the_revision_its_director_serve
     director(
         db, "os", "10.9.0.5", {"r1-aaa": "verified", "r2-bbb": "verified", "r3-ccc": "pending"}
     )
-    found = region_images(db, settings)["gpu"]
+    found = images_now(db, settings)["gpu"]
     key = KeyFetch("https://10.9.0.1:6830/munge-key", "sha256//pin", "tok-secret")
 
     text = launch_user_data(settings, found, "openstack", "22.05.8", key)
@@ -213,22 +222,44 @@ def test_user_data_carries_the_regions_facts_and_the_revision_its_director_serve
     assert "CONTROLLER_VERSION='22.05.8'" in boot
 
 
-def test_definitions_that_no_longer_load_stop_only_the_templates_naming_one(
-    tmp_path: Path, db: Database
+def test_a_definition_that_does_not_load_is_a_config_error_only_where_a_template_names_it(
+    tmp_path: Path,
 ) -> None:
     named = settings_for(tmp_path, "aws-west", "node")
     raw = settings_for(tmp_path, "aws-west", AMI)
     (tmp_path / "defs" / "node.toml").write_text('name = "node"\n')
-    with pytest.raises(ImageUnavailable, match=r"image definitions: .*node.toml: tree"):
-        launch_image(region_images(db, named)["gpu"])
-    assert region_images(db, raw) == {}
+    with pytest.raises(ConfigError, match=r"node.toml: tree: ") as refused:
+        template_definitions(named)
+    assert "\n" not in str(refused.value)
+    assert template_definitions(raw) == {}  # a raw-id site reads no definition at all
 
 
 def test_a_raw_machine_image_id_keeps_booting_the_plain_boot_script(
     tmp_path: Path, db: Database
 ) -> None:
     settings = settings_for(tmp_path, "aws-west", AMI)
-    specs = LaunchSpecs(settings, lambda: datetime.now(UTC), "22.05.8", region_images(db, settings))
+    specs = LaunchSpecs(settings, lambda: datetime.now(UTC), "22.05.8", images_now(db, settings))
     spec = specs(LaunchOrder("gpu", ("gpu-1",), "on-demand", "req-raw-1", "test"))
     assert spec.image == AMI
     assert spec.user_data.startswith("#!/bin/sh\n# clustermgr burst-node bootstrap")
+
+
+def test_the_engine_reads_the_definitions_once_with_the_configuration(
+    tmp_path: Path, db: Database
+) -> None:
+    """A cycle reads the copies, directors and revisions, never images/*.toml again: the
+    definition gone from disk after the start changes nothing until a reload."""
+    from clustermgr.scaling.engine import Engine
+
+    raw = settings_for(tmp_path, "aws-east", AMI)
+    settings = settings_for(tmp_path, "aws-east", "node")
+    director(db, "aws-east", "10.9.0.5", {"r1-aaa": "verified"})
+    engine = Engine(settings, db)
+    (tmp_path / "defs" / "node.toml").unlink()
+    with db.session() as session:
+        found = region_images(session, settings, engine.images)["gpu"]
+    assert launch_image(found) == AMI and found.revision == "r1-aaa"
+    (tmp_path / "defs" / "node.toml").write_text("name = \n")  # broken: a reload refuses it
+    with pytest.raises(ConfigError, match=r"node.toml: invalid TOML"):
+        Engine(settings, db)
+    assert Engine(raw, db).images == {}  # a raw-id site reads none, broken or not

@@ -23,7 +23,9 @@ KIND = ProviderKind(
     provider="clustermgr.providers.azure.provider:AzureProvider",
     credential_sources=("default", "client_secret_file", "client_secret_env"),
     billing=(60, 60),
-    capabilities=frozenset({"spot", "placement", "root_volume", "capacity_reservation_group"}),
+    capabilities=frozenset(
+        {"spot", "placement", "root_volume", "capacity_reservation_group", "machine_image_copy"}
+    ),
     options=AzureOptions,
     sdk_loggers=("azure",),
     extra="azure",

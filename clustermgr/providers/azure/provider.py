@@ -22,6 +22,7 @@ from clustermgr.config import ProviderSettings
 from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.azure.client import AzureClients
 from clustermgr.providers.azure.errors import SDK, SDK_ERRORS, classify, is_not_found
+from clustermgr.providers.azure.gallery import AzureMachineImages
 from clustermgr.providers.azure.infiniband import with_accelerated_networking
 from clustermgr.providers.azure.kind import AzureOptions
 from clustermgr.providers.azure.nics import NicJanitor
@@ -100,6 +101,11 @@ class AzureProvider(CloudProvider[VmPlan]):
     kind: ClassVar[str] = "azure"
     sdk = SDK
     words = Words("VM", "VM size", credential_check="token")
+
+    @classmethod
+    def capabilities(cls, settings: ProviderSettings) -> Sequence[object]:
+        """Machine-image copy: a gallery image version replicated into the region."""
+        return (AzureMachineImages(AzureClients(settings), settings.region),)
 
     def __init__(self, settings: ProviderSettings, cluster: str) -> None:
         super().__init__(settings, cluster)
