@@ -24,6 +24,7 @@ from clustermgr.policy import (
 )
 
 COMING = (NodeState.REQUESTED, NodeState.LAUNCHING, NodeState.BOOTING)
+ALLOCATED = frozenset({"ALLOCATED", "MIXED"})  # Slurm placed a job on the node already
 
 
 class QueueDepth:
@@ -34,6 +35,11 @@ class QueueDepth:
     listed in `unfit` with the reason and never launched for. Only "policy"-mode
     templates get launches here: in "slurm" mode Slurm resumes nodes itself and its
     resume requests are the demand.
+
+    On a template whose scaling_strategy is all-or-nothing, each multi-node job gets a
+    launch of its own (`together`: its nodes start together or none does); nodes coming or
+    idle go to those jobs first, whole, in queue order. A node still coming that Slurm has
+    already given a job is not coming for the pending ones.
     """
 
     name = "queue_depth"
@@ -45,6 +51,7 @@ class QueueDepth:
         decision = view.proposed
         slots: dict[str, float] = defaultdict(float)
         jobs: dict[str, list[str]] = defaultdict(list)
+        whole: dict[str, list[tuple[str, int]]] = defaultdict(list)  # job id, its nodes
         unfit: dict[str, str] = {}
         # many jobs share a shape: decide the fit once, with the nodes a task takes
         choices: dict[JobShape, tuple[TemplateView | None, str, int, int]] = {}
@@ -71,20 +78,43 @@ class QueueDepth:
                 unfit[job.job_id] = why
             if template is None:
                 continue
+            if template.all_or_nothing and nodes > 1 and job.array_tasks == 1:
+                whole[template.name].append((job.job_id, nodes))  # launched together
+                continue
             slots[template.name] += nodes * job.array_tasks / copies  # as nodes_for counts
             jobs[template.name].append(job.job_id)
         launches = []
-        for name, needed in sorted(slots.items()):
-            coming = sum(len(view.burst_nodes(state, name)) for state in COMING)
+        for name in sorted(set(slots) | set(whole)):
+            coming = sum(
+                1
+                for state in COMING
+                for node in view.burst_nodes(state, name)
+                if node.slurm is None or node.slurm.state not in ALLOCATED
+            )
             idle = sum(1 for n in view.burst_nodes(NodeState.UP, name) if n.idle)
-            count = math.ceil(needed - 1e-9) - coming - idle - decision.launching(name)
-            if count > 0:
+            spare = coming + idle + decision.launching(name)
+            for job_id, needed in whole[name]:
+                covered = min(spare, needed)
+                spare -= covered
+                if covered < needed:
+                    launches.append(
+                        Launch(
+                            template=name,
+                            count=needed - covered,
+                            reason=f"queue_depth: job {job_id} needs {needed} nodes together, "
+                            f"{covered} coming or idle",
+                            jobs=(job_id,),
+                            together=True,
+                        )
+                    )
+            count = math.ceil(slots[name] - 1e-9) - spare
+            if jobs[name] and count > 0:
                 launches.append(
                     Launch(
                         template=name,
                         count=count,
                         reason=f"queue_depth: {len(jobs[name])} pending jobs need "
-                        f"{math.ceil(needed)} nodes, {coming} coming, {idle} idle",
+                        f"{math.ceil(slots[name])} nodes, {coming} coming, {idle} idle",
                         jobs=tuple(jobs[name]),
                     )
                 )

@@ -202,6 +202,9 @@ class TemplateSettings(StrictModel):
     weight: int = Field(100, ge=0)
     boot_timeout_s: float = Field(600.0, gt=0)
     fallback_templates: list[str] = []
+    # a multi-node job's nodes launched together or not at all (None: all-or-nothing for a
+    # template with GPUs, where a partial allocation is pure cost)
+    scaling_strategy: Literal["all-or-nothing", "best-effort"] | None = None
     prices: dict[str, InstancePrice] = {}
     # on-prem templates (ipmi, redfish providers) only: an idle node's draw, for the kW saved
     # figure, and how many of the template's nodes always stay on (SuspendExcNodes)
@@ -250,6 +253,13 @@ class TemplateSettings(StrictModel):
     def price_table(self) -> dict[str, Price]:
         """Hourly prices per instance type, as the one price type the cost code uses."""
         return {itype: Price(p.on_demand, p.spot) for itype, p in self.prices.items()}
+
+    @property
+    def all_or_nothing(self) -> bool:
+        """A job's nodes are launched together or not at all (`scaling_strategy`)."""
+        if self.scaling_strategy is None:
+            return self.gpus > 0
+        return self.scaling_strategy == "all-or-nothing"
 
     @property
     def node_limit(self) -> int:

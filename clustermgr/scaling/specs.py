@@ -66,6 +66,7 @@ class LaunchSpecs:
             key_name=template.key_name,
             network=template.network,
             root_volume_gb=template.volume_size_gb,
+            all_or_nothing=order.all_or_nothing,
         )
 
     def key_fetch(self, order: LaunchOrder) -> KeyFetch:
