@@ -82,11 +82,12 @@ RESUME_FILE_MAX = 16 * 1024 * 1024  # far above 5,000 nodes in 5,000 jobs
 def parse_resume_file(
     text: str, nodes: Collection[str] | None = None, warn: Callable[[str], None] | None = None
 ) -> dict[str, tuple[str, ...]]:
-    """SLURM_RESUME_FILE: {"jobs": [{"job_id": 1, "nodes": "c[1-2]"}], "all_nodes": ...}:
-    job id -> its nodes, which all-or-nothing templates launch together. Outside input: an
-    item that is not a job id with a hostlist of nodes from the hook's argument (`nodes`,
-    when given) is skipped with a warning; a file that is not that shape at all only loses
-    the grouping (the hostlist argument is authoritative)."""
+    """SLURM_RESUME_FILE: {"jobs": [{"job_id": 1, "nodes_resume": "c[1-2]", "nodes_alloc":
+    ...}], "all_nodes_resume": ...} (Slurm 22.05 renamed a job's "nodes" to "nodes_resume",
+    which is still read): job id -> the nodes resumed for it, which all-or-nothing templates
+    launch together. Outside input: an item that is not a job id with a hostlist of nodes
+    from the hook's argument (`nodes`, when given) is skipped with a warning; a file that is
+    not that shape at all only loses the grouping (the hostlist argument is authoritative)."""
     say = warn or _to_stderr
     try:
         data = json.loads(text)
@@ -114,7 +115,7 @@ def _resume_item(item: object, nodes: Collection[str] | None) -> tuple[str, tupl
     job_id = item.get("job_id")
     if isinstance(job_id, bool) or not isinstance(job_id, int | str) or not str(job_id).isdigit():
         return "", (), f"job_id {str(job_id)[:40]!r} is not a job id"
-    hostlist = item.get("nodes")
+    hostlist = item.get("nodes_resume", item.get("nodes"))
     try:
         names = tuple(expand(hostlist)) if isinstance(hostlist, str) else ()
     except HostlistError:

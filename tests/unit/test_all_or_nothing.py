@@ -158,3 +158,16 @@ def test_a_bad_item_of_the_resume_file_is_skipped_with_a_warning_the_rest_kept()
     ]
     assert parse_resume_file("{", warn=warned.append) == {}
     assert warned[-1].startswith("SLURM_RESUME_FILE is not JSON (")
+
+
+def test_the_resume_file_as_slurm_22_05_writes_it_groups_by_nodes_resume() -> None:
+    """slurmctld 22.05 names a job's nodes to resume `nodes_resume` (and all of its nodes,
+    some up already, `nodes_alloc`): the group is the nodes resumed for the job."""
+    from clustermgr.workload.hooks import parse_resume_file
+
+    text = (
+        '{"all_nodes_resume": "g[1-3]", "jobs": [{"extra": null, "features": null,'
+        ' "job_id": 12, "nodes_alloc": "g[1-4]", "nodes_resume": "g[1-3]",'
+        ' "oversubscribe": "OK", "partition": "gpu", "reservation": null}]}'
+    )
+    assert parse_resume_file(text, {"g1", "g2", "g3"}) == {"12": ("g1", "g2", "g3")}
