@@ -184,18 +184,16 @@ class ClusterView:
             if n.state is not NodeState.STOPPING and not n.settling and not n.power_unknown
         )
 
-    def coming_unclaimed(self, template: str, whole: bool = False) -> int:
+    def coming_unclaimed(self, template: str) -> int:
         """Nodes of a template coming up (requested, launching, booting) that Slurm has not
         given a whole job (ALLOCATED): what the jobs pending now may still get. A node a
         job fills will not run them, and counting it would make them wait for it, then
-        for a boot of their own. `whole`: for a job that needs its nodes to itself
-        together (all-or-nothing), a node Slurm gave any job (MIXED too) is taken."""
-        taken = ("ALLOCATED", "MIXED") if whole else ("ALLOCATED",)
+        for a boot of their own."""
         return sum(
             1
             for state in COMING_STATES
             for node in self.burst_nodes(state, template)
-            if node.slurm is None or node.slurm.state not in taken
+            if node.slurm is None or node.slurm.state != "ALLOCATED"
         )
 
     def free_slots(self, template: str) -> list[str]:
