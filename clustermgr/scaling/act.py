@@ -162,8 +162,7 @@ def act_on_plan(
     refuse(actor, view, plan, out)
     for order in plan.launches:
         launch(actor, view, order, out, guard, begin=True)
-    actor.stop(plan.stops)
-    out.stopped.extend(s.node for s in plan.stops)
+    out.stopped.extend(s.node for s in actor.stop_idle(plan.stops))
     hold_policy_nodes(actor, view, plan)
     for refusal in plan.refusals:
         record(actor, "refusal", f"{refusal.template}: {refusal.reason}")

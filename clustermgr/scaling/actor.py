@@ -21,7 +21,7 @@ from clustermgr.core import progress_marks
 from clustermgr.core.errors import ConfigError, ErrorKind, ProviderError, WorkloadError
 from clustermgr.core.inputs import usable_address
 from clustermgr.core.pricing import BillingRule, price_of
-from clustermgr.core.reasons import HOLD_REASON
+from clustermgr.core.reasons import HOLD_PREFIX, HOLD_REASON
 from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, InstanceRun, Node
 from clustermgr.db.models import ForeignInstance as ForeignRow
@@ -258,6 +258,36 @@ class Actor:
             for node in self._nodes(session, list(reasons)):
                 transition(node, NodeState.STOPPING, reasons[node.name], self.actor, now=now)
         self.finish_stopping(reasons, tell_slurm)
+
+    def stop_idle(self, orders: Sequence[StopOrder]) -> list[StopOrder]:
+        """A policy's stops of nodes the snapshot showed idle. Slurm may have given one a
+        job since (a POWER_DOWN then requeues that job, and Slurm powers the node up again
+        for it), so the nodes are drained first, Slurm is read again, and only drained,
+        jobless ones are stopped; a node that took a job is kept. Our drain is lifted again
+        once the stop is under way: the hold that follows is the cycle's business, as
+        before. Returns the stops made."""
+        if not orders:
+            return []
+        reasons = {o.node: o.reason for o in orders}
+        # a drain already there (an admin's, a hold) keeps jobs off and is not ours to lift
+        ours = [n for n in reasons if not (n in self.slurm_nodes and self.slurm_nodes[n].drained)]
+        try:
+            for reason, names in sorted(_group({n: reasons[n] for n in ours}).items()):
+                self.workload.drain(sorted(names), f"{HOLD_PREFIX}{reason}")
+            seen = self.workload.node_states()
+        except WorkloadError as exc:
+            log.warning(
+                "not stopping %s: Slurm could not drain or show them: %s", sorted(reasons), exc
+            )
+            seen = {}
+        jobless = {n for n in reasons if (node := seen.get(n)) is not None and node.idle}
+        busy = sorted(set(reasons) - jobless)
+        if busy:
+            log.info("keeping %s: Slurm gave them a job since the snapshot", busy)
+        stops = [o for o in orders if o.node in jobless]
+        self.stop(stops)
+        self._slurm_quietly(self.workload.undrain, ours)
+        return stops
 
     def finish_stopping(
         self, reasons: Mapping[str, str], tell_slurm: Collection[str] | None = None

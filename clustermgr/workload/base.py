@@ -150,6 +150,10 @@ class Workload(Protocol):
         """Nodes, pending and running jobs, read together at the start of a cycle."""
         ...
 
+    def node_states(self) -> dict[str, WorkloadNode]:
+        """The nodes alone, read now (no job lists: cheap enough to read again mid-cycle)."""
+        ...
+
     def config_values(self) -> dict[str, str]:
         """The controller's configuration (SLURM_VERSION, ResumeTimeout, ...)."""
         ...

@@ -99,6 +99,9 @@ class SlurmCli:
         data = self.run_json("sinfo")
         return parse_sinfo_nodes(data)
 
+    def node_states(self) -> dict[str, WorkloadNode]:
+        return self.nodes()
+
     def pending_jobs(self) -> list[PendingJob]:
         """Pending jobs, one record per job or pending array (tasks counted, not expanded)."""
         text = self.run("squeue", "--noheader", "--states=PENDING", f"--Format={PENDING_FORMAT}")

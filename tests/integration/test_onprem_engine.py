@@ -51,9 +51,19 @@ class ScriptedSlurm:
     pending: list[PendingJob] = field(default_factory=list)
     calls: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
     reasons: dict[str, str] = field(default_factory=dict)  # the reasons of `set_down`
+    # node -> base state Slurm moves it to right after it answered the next snapshot (a job
+    # placed there while the engine acts on that snapshot)
+    after_snapshot: dict[str, str] = field(default_factory=dict)
 
     def snapshot(self) -> WorkloadSnapshot:
-        return WorkloadSnapshot(datetime.now(UTC), dict(self.nodes), tuple(self.pending))
+        taken = WorkloadSnapshot(datetime.now(UTC), dict(self.nodes), tuple(self.pending))
+        for name, state in self.after_snapshot.items():
+            self.show(name, state)
+        self.after_snapshot = {}
+        return taken
+
+    def node_states(self) -> dict[str, WorkloadNode]:
+        return dict(self.nodes)
 
     def config_values(self) -> dict[str, str]:
         return {"SLURM_VERSION": "22.05.8"}
@@ -206,6 +216,40 @@ def test_a_pending_job_powers_a_node_on_and_idling_powers_it_off_safely(world: W
     assert "soft-off" in lab.actions(node)  # a graceful shutdown first
     states = [state for state, _reason in world.history(node)]
     assert states[-5:] == ["LAUNCHING", "BOOTING", "UP", "STOPPING", "POWERED_DOWN"]
+
+
+def test_an_idle_node_slurm_gives_a_job_while_the_cycle_acts_is_kept_not_powered_off(
+    world: World,
+) -> None:
+    """idle_timeout decided on a snapshot showing the node idle; Slurm placed a job there
+    before the stop. The node is drained first and Slurm read again: it has a job, so it is
+    not powered down (a POWER_DOWN would requeue that job), its drain is lifted, and the
+    next idle spell stops it as usual."""
+    node, lab, slurm = NODES[0], world.lab, world.slurm
+    slurm.pending = [gpu_job("1")]
+    world.engine().cycle()
+    wait_until(lambda: lab.power(node) == "on", what=f"{node} powered on")
+    slurm.pending = []
+    slurm.show(node, "IDLE")
+    world.now += timedelta(seconds=60)
+    world.engine().cycle()
+    assert world.state(node) is NodeState.UP
+    world.engine().cycle()  # idle from now
+    world.now += timedelta(minutes=11)
+
+    slurm.after_snapshot = {node: "ALLOCATED"}
+    report = world.engine().cycle()
+    assert report.error is None and report.stopped == [], (report.error, report.stopped)
+    assert world.state(node) is NodeState.UP and lab.power(node) == "on"
+    assert ("drain", (node,)) in slurm.calls and ("undrain", (node,)) in slurm.calls
+    assert not any(name.startswith("power_down") and node in n for name, n in slurm.calls)
+
+    assert world.engine().cycle().stopped == []  # the job runs
+    slurm.show(node, "IDLE")  # the job is done
+    world.engine().cycle()  # idle from now
+    world.now += timedelta(minutes=11)
+    assert world.engine().cycle().stopped == [node]
+    assert ("power_down", (node,)) in slurm.calls
 
 
 def test_a_node_whose_bmc_does_not_answer_is_no_capacity_and_saves_no_power(
