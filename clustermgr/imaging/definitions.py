@@ -16,12 +16,20 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from clustermgr.config import NAME_PATTERN, Settings
 from clustermgr.config.base import first_error
 from clustermgr.core.errors import ConfigError, NotFoundError
 from clustermgr.core.kinds import image_types
+from clustermgr.imaging.packages import PackageMirror, outside_mounts, render_packages_script
 from clustermgr.nodes.bootstrap import AtTemplate, BootstrapFacts, bootstrap_facts, render_bootstrap
 
 IMAGES_DIR_ENV = "CLUSTERMGR_IMAGES_DIR"
@@ -56,6 +64,7 @@ class ImageDefinition(_Strict):
     user_data: str = Field(min_length=1)  # a template file next to the TOML
     base: dict[str, BaseImage] = {}  # by provider type: one that boots images (not on-prem)
     nfs_mounts: list[NfsMount] = []
+    packages: PackageMirror | None = None  # installed at boot from the director's mirror
 
     @field_validator("base")
     @classmethod
@@ -67,6 +76,19 @@ class ImageDefinition(_Strict):
                     f"(known: {', '.join(image_types())})"
                 )
         return base
+
+    @model_validator(mode="after")
+    def _mirror_on_a_director_mount(self) -> ImageDefinition:
+        if self.packages is not None:
+            director_mounts = [m.path for m in self.nfs_mounts if m.server == "director"]
+            outside = outside_mounts(self.packages, director_mounts)
+            if outside:
+                raise ValueError(
+                    f"packages: {' and '.join(outside)} must be under a director mount "
+                    f"({', '.join(director_mounts) or 'none in nfs_mounts'}): the mirror is "
+                    "read from the director's verified tree"
+                )
+        return self
 
     @field_validator("tree")
     @classmethod
@@ -92,7 +114,7 @@ class LoadedImage:
 @dataclass(frozen=True)
 class ClusterFacts:
     """Everything a user-data template may use; each field is an `@{name}` placeholder
-    (plus `image`, `director_path`, `nfs_mounts` and `bootstrap_b64`
+    (plus `image`, `director_path`, `nfs_mounts`, `bootstrap_b64` and `packages_b64`
     from the image itself)."""
 
     boot: BootstrapFacts
@@ -142,6 +164,11 @@ def load_image(path: Path) -> LoadedImage:
         raise ConfigError(
             f"{path}: user_data: cannot read template {template}: {exc.strerror}"
         ) from None
+    if definition.packages is not None and "@{packages_b64}" not in text:
+        raise ConfigError(
+            f"{path}: packages: the user-data template {template.name} never writes "
+            "@{packages_b64} (the boot step that installs them): add it, or drop [packages]"
+        )
     return LoadedImage(definition, path, text)
 
 
@@ -188,6 +215,9 @@ def render(image: LoadedImage, facts: ClusterFacts) -> str:
         "director_path": definition.director_path,
         "nfs_mounts": _mounts_yaml(definition.nfs_mounts, facts),
         "bootstrap_b64": base64.b64encode(boot_script.encode()).decode(),
+        "packages_b64": base64.b64encode(
+            render_packages_script(definition.packages).encode()
+        ).decode(),
     }
     try:
         return AtTemplate(image.template_text).substitute(values)
