@@ -1,5 +1,5 @@
-"""An image definition's [packages]: what load_image refuses, in one line, before any node
-boots with it (the mirror must be read from the director's verified tree)."""
+"""An image definition's boot steps ([packages], [name_service]): what load_image and the
+renderers refuse, in one line, before any node boots with them."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ import pytest
 
 from clustermgr.core.errors import ConfigError
 from clustermgr.imaging.definitions import load_image
+from clustermgr.imaging.nameservice import DirectoryFacts, NameService, render_nameservice_script
 from clustermgr.imaging.packages import render_packages_script
 
 pytestmark = pytest.mark.unit
@@ -79,3 +80,35 @@ def test_a_bad_packages_section_is_one_config_error_line(
 def test_a_template_that_never_writes_the_packages_step_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"never writes @\{packages_b64\}"):
         load_image(write(tmp_path, GOOD, tmpl="#cloud-config\n"))
+
+
+def test_the_name_service_follows_the_replicas_tls() -> None:
+    service = NameService(ca_file="/opt/site/etc/ca.pem")
+    ldaps = render_nameservice_script(
+        service, DirectoryFacts("dc=x,dc=org", 636, "ldaps"), "fd00::5"
+    )
+    assert "URI='ldaps://[fd00::5]:636/'" in ldaps and "SSL='on'" in ldaps
+    plain = render_nameservice_script(
+        service, DirectoryFacts("dc=x,dc=org", 389, "none"), "10.1.0.5"
+    )
+    assert "URI='ldap://10.1.0.5:389/'" in plain and "SSL='off'" in plain
+    assert "URI=''" in render_nameservice_script(None, None, "10.1.0.5")  # does nothing
+
+
+def test_a_name_service_without_ldap_or_with_a_strange_suffix_is_refused() -> None:
+    service = NameService()
+    with pytest.raises(ConfigError, match=r"has no \[ldap\]"):
+        render_nameservice_script(service, None, "10.1.0.5")
+    with pytest.raises(ConfigError, match=r"cannot go in nslcd\.conf"):
+        render_nameservice_script(
+            service, DirectoryFacts("dc=x\nuri ldap://evil", 389, "none"), "10.1.0.5"
+        )
+
+
+def test_a_template_that_never_writes_the_name_service_step_is_refused(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD, tmpl="#cloud-config\n# @{packages_b64}\n")
+    path.write_text(
+        path.read_text().replace("[packages]", '[name_service]\nkind = "nslcd"\n[packages]')
+    )
+    with pytest.raises(ConfigError, match=r"name_service: .* never writes @\{nameservice_b64\}"):
+        load_image(path)
