@@ -71,6 +71,17 @@ def known(
     return Ownership(frozenset(issued), frozenset(recorded), frozenset(directors))
 
 
+def issued_at(session: Session, request_ids: Collection[str]) -> dict[str, datetime]:
+    """When each of these request ids was issued (the ones the database knows)."""
+    found: dict[str, datetime] = {}
+    for chunk in _chunks(sorted(request_ids)):
+        query = select(LaunchRequest.request_id, LaunchRequest.issued_at).where(
+            LaunchRequest.request_id.in_(chunk)
+        )
+        found.update((request_id, at) for request_id, at in session.execute(query))
+    return found
+
+
 def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
     for start in range(0, len(ids), CHUNK):
         yield ids[start : start + CHUNK]
