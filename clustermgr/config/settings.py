@@ -166,6 +166,8 @@ def _check_reservation(template: TemplateSettings, provider: ProviderSettings) -
         wanted.append(("market 'capacity-block'", "capacity_block"))
     if template.placement == "per-launch":
         wanted.append(("placement 'per-launch'", "per_launch_placement"))
+    if template.placement_policy is not None:
+        wanted.append(("placement_policy", "placement_policy"))
     for key, capability in wanted:
         if capability not in capabilities:
             able = " and ".join(offering(capability)) or "no installed type"
