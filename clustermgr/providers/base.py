@@ -157,6 +157,9 @@ class InstanceType:
     gpu_count: int = 0
     gpu_memory_mb: int = 0
     architecture: str = "x86_64"
+    # the fabrics the type can carry ("efa", "infiniband"); None: the catalog does not say
+    # (an OpenStack flavor: SR-IOV is the network's and the host's, not the flavor's)
+    fabrics: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)
