@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 from sqlalchemy import select
 
+from clustermgr.cli.plan_output import verdict_rows
 from clustermgr.config import Settings, parse_settings
 from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, Node
@@ -250,5 +251,10 @@ def test_a_group_within_the_grace_period_is_kept(world: World) -> None:
     world.engine().cycle()
     assert list(world.cloud.groups()) == [young]
     world.now += timedelta(seconds=301)
+    dry = world.engine().cycle(dry_run=True)  # says what a cycle would do, and does nothing
+    assert dry.judgment is not None
+    [row] = [r for r in verdict_rows(dry.judgment) if r["action"] == "verdict:placement-group"]
+    assert row["target"] == "cloud" and young in row["reason"]
+    assert list(world.cloud.groups()) == [young]
     world.engine().cycle()
     assert world.cloud.groups() == {}
