@@ -71,14 +71,24 @@ def known(
     return Ownership(frozenset(issued), frozenset(recorded), frozenset(directors))
 
 
-def issued_at(session: Session, request_ids: Collection[str]) -> dict[str, datetime]:
-    """When each of these request ids was issued (the ones the database knows)."""
-    found: dict[str, datetime] = {}
+@dataclass(frozen=True)
+class Issued:
+    """A request id the database issued: when, and for which template (or director)."""
+
+    at: datetime
+    owner: str
+
+
+def issued(session: Session, request_ids: Collection[str]) -> dict[str, Issued]:
+    """Of these request ids, the ones the database issued (when, and whose)."""
+    found: dict[str, Issued] = {}
     for chunk in _chunks(sorted(request_ids)):
-        query = select(LaunchRequest.request_id, LaunchRequest.issued_at).where(
-            LaunchRequest.request_id.in_(chunk)
+        query = select(
+            LaunchRequest.request_id, LaunchRequest.issued_at, LaunchRequest.owner
+        ).where(LaunchRequest.request_id.in_(chunk))
+        found.update(
+            (request_id, Issued(at, owner)) for request_id, at, owner in session.execute(query)
         )
-        found.update((request_id, at) for request_id, at in session.execute(query))
     return found
 
 

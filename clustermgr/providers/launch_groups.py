@@ -68,6 +68,14 @@ def group_name(cluster: str, template: str, request_id: str, limit: int = 255) -
     return f"{PREFIX}{digest[:room]}-{request_id}"
 
 
+NAME_LIMITS = (255, 80)  # AWS and Nova names; Azure's
+
+
+def group_names(cluster: str, template: str, request_id: str) -> frozenset[str]:
+    """Every name cm-scale gives the group of this request (one per cloud's name limit)."""
+    return frozenset(group_name(cluster, template, request_id, limit) for limit in NAME_LIMITS)
+
+
 def request_of_name(name: str) -> str | None:
     """The request id a group's name carries (None: not a name cm-scale gives). Whose it is
     the database decides (scaling/spent_groups.py): a name proves nothing."""

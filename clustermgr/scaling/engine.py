@@ -19,7 +19,7 @@ from clustermgr.config import Settings
 from clustermgr.core import progress_marks
 from clustermgr.core.errors import ClusterMgrError, ProviderError, WorkloadError
 from clustermgr.db.database import Database
-from clustermgr.db.ownership import issued_at
+from clustermgr.db.ownership import issued
 from clustermgr.directors.gate import read_gate
 from clustermgr.imaging.launch_images import (
     RegionImage,
@@ -191,7 +191,7 @@ class Engine:
             )
             skip = onprem_providers(self.settings)
             ownership = read_ownership(session, instances, held, gate.requests, skip)
-            group_requests = issued_at(
+            group_requests = issued(
                 session, {g.request_id for found in groups.values() for g in found}
             )
         return Snapshot(

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 from clustermgr.config import Settings, slurm_features
 from clustermgr.core.inputs import slurm_word_problem, usable_address
 from clustermgr.db.models import InstanceRun, Node, NodeEvent
-from clustermgr.db.ownership import Ownership, known
+from clustermgr.db.ownership import Issued, Ownership, known
 from clustermgr.imaging.launch_images import RegionImage
 from clustermgr.nodes.states import NodeState
 from clustermgr.policy.view import LaunchFailure, TemplateView
@@ -84,7 +84,7 @@ class Snapshot:
     # provider -> its per-launch placement groups (listed providers whose templates make
     # them), and when the database issued each group's request id (the ones it knows)
     placement_groups: Mapping[str, Sequence[PlacementGroup]] = field(default_factory=dict)
-    group_requests: Mapping[str, datetime] = field(default_factory=dict)
+    group_requests: Mapping[str, Issued] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

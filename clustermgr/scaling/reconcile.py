@@ -119,6 +119,7 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
     )
     judgment.orphans, judgment.foreign = found.orphans, found.foreign
     judgment.spent_groups = spent_groups(
+        settings.cluster.name,
         snapshot.placement_groups,
         snapshot.instances,
         snapshot.nodes,

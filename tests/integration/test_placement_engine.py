@@ -185,11 +185,14 @@ class World:
             query = select(ClusterEvent.message).where(ClusterEvent.kind == kind)
             return list(session.scalars(query))
 
+    def issue(self, request_id: str, at: datetime) -> None:
+        with self.db.session() as session:
+            issue(session, request_id, NODE_LAUNCH, "cloud", "gpu", at)
+
     def plant(self, request_id: str, issued: datetime | None) -> str:
         """A group made for `request_id` (issued by cm-scale at `issued`, or never)."""
         if issued is not None:
-            with self.db.session() as session:
-                issue(session, request_id, NODE_LAUNCH, "cloud", "gpu", issued)
+            self.issue(request_id, issued)
         name = group_name(CLUSTER, "gpu", request_id, 80)
         self.cloud.plant(name, request_id)
         return name
@@ -229,6 +232,10 @@ def test_a_launch_group_lives_as_long_as_its_nodes_and_crash_leftovers_go(world:
     # hour ago, no node and no instance carries it; another's request was never issued
     leftover = world.plant("r-00000000000000f1", world.now - timedelta(hours=1))
     foreign = world.plant("r-00000000000000f2", None)
+    # tagged with a request cm-scale issued, but not a name cm-scale gives: not its group
+    world.plant("r-00000000000000f3", world.now - timedelta(hours=1))
+    site = "site-block-r-00000000000000f3"
+    world.cloud.plant(site, "r-00000000000000f3")
 
     # the launch's instances go (terminated outside cm-scale): the next cycle fails the
     # nodes, and deletes the leftover; the launch's group is held by its nodes' request in
@@ -238,10 +245,10 @@ def test_a_launch_group_lives_as_long_as_its_nodes_and_crash_leftovers_go(world:
     world.now += timedelta(minutes=10)
     world.engine().cycle()
     assert world.instances() == {}
-    assert sorted(world.cloud.groups()) == sorted([made, foreign])
+    assert sorted(world.cloud.groups()) == sorted([made, foreign, site])
     world.now += timedelta(minutes=1)
     world.engine().cycle()
-    assert list(world.cloud.groups()) == [foreign]  # never issued by cm-scale: left alone
+    assert sorted(world.cloud.groups()) == sorted([foreign, site])  # not cm-scale's: kept
     deleted = ",".join(world.events("placement"))
     assert leftover in deleted and made in deleted and foreign not in deleted
 

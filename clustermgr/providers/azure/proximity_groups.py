@@ -16,11 +16,11 @@ from typing import Any
 
 from clustermgr.providers.azure.errors import SDK_ERRORS, classify, is_not_found
 from clustermgr.providers.base import TAG_CLUSTER, TAG_REQUEST, TAG_TEMPLATE, LaunchSpec, ours
-from clustermgr.providers.launch_groups import PlacementGroup, group_name, wants_group
+from clustermgr.providers.launch_groups import NAME_LIMITS, PlacementGroup, group_name, wants_group
 
 log = logging.getLogger(__name__)
 
-NAME_LIMIT = 80  # Azure compute names (availability sets, VMs): 1-80 characters
+NAME_LIMIT = NAME_LIMITS[1]  # Azure compute names (availability sets, VMs): 1-80 characters
 
 
 class ProximityGroups:
