@@ -68,8 +68,8 @@ class OnpremFirst:
             if slurm <= soon:
                 held[job.job_id] = f"onprem_first: Slurm expects it to start at {slurm:%H:%M}"
                 continue
-            if not self.history:
-                continue
+            if not self.history or not view.run_history.recorded:
+                continue  # no run learned yet: nothing moves Slurm's estimates
             ends = ends or ExpectedEnds(view, self.quantile)
             expected = ends.start(slurm, view.now)
             if expected is not None and expected.at <= soon:

@@ -214,8 +214,7 @@ class Engine:
 
     def _cycle(self, report: CycleReport, dry_run: bool, decide: bool) -> None:
         snapshot = self.observe(report)
-        if not dry_run and self.guard():
-            self._learn_runs(snapshot)
+        self._learn_runs(snapshot, record=not dry_run and self.guard())
         with snapshot_frozen():
             self._judge_decide_act(report, snapshot, dry_run, decide)
         if not dry_run and self.guard():
@@ -274,10 +273,11 @@ class Engine:
 
     # --- helpers -------------------------------------------------------------------------
 
-    def _learn_runs(self, snapshot: Snapshot) -> None:
-        """The jobs finished since the last cycle: into the history and `job_runs`."""
+    def _learn_runs(self, snapshot: Snapshot, record: bool) -> None:
+        """The jobs finished since the last cycle: into the history and `job_runs` when
+        `record` (the leader, not a dry run); the running jobs are followed either way."""
         finished = self.runs.finished(snapshot.workload)
-        if not finished:
+        if not finished or not record:
             return
         self.runs.learn(finished)
         try:

@@ -22,6 +22,9 @@ from clustermgr.workload.history import MAX_KEYS, RECENT_RUNS, RunHistory
 
 # the most recent finished jobs read back at start: every key's RECENT_RUNS at most
 LOADED_RUNS = 50_000
+# snapshots further apart than this (Slurm unreadable, a standby that just took over):
+# when the jobs gone since ended is not known well enough to learn from them
+MAX_GAP_S = 600.0
 log = logging.getLogger(__name__)
 
 
@@ -41,6 +44,7 @@ class RunTracker:
         self.history = RunHistory(RECENT_RUNS, MAX_KEYS)
         self.loaded = False
         self.running: dict[str, RunningJob] = {}
+        self.seen_at: datetime | None = None  # when `running` was read
 
     def load(self, session: Session) -> None:
         """Feed the history the most recent finished jobs the database keeps, oldest first."""
@@ -59,12 +63,17 @@ class RunTracker:
         self.loaded = True
 
     def finished(self, workload: WorkloadSnapshot) -> list[FinishedRun]:
-        """The jobs running last cycle that are gone now; remembers this cycle's."""
+        """The jobs running last cycle that are gone now; remembers this cycle's. Nothing
+        when the last snapshot is older than MAX_GAP_S (their ends are not known)."""
         now = workload.taken_at
         current = {job.job_id: job for job in workload.running}
         pending = {job.job_id for job in workload.pending}
+        last, self.seen_at = self.seen_at, now
+        gone, self.running = self.running, current
+        if last is None or (now - last).total_seconds() > MAX_GAP_S:
+            return []
         done = []
-        for job_id, job in self.running.items():
+        for job_id, job in gone.items():
             if job_id in current or job_id in pending:
                 continue
             if job.start_time is None or job.shape is None or not job.time_limit_s:
@@ -73,7 +82,6 @@ class RunTracker:
             if run_s >= 0:
                 limit = job.time_limit_s
                 done.append(FinishedRun(now, job.user, job.shape, limit, min(run_s, limit)))
-        self.running = current
         return done
 
     def learn(self, runs: Sequence[FinishedRun]) -> None:

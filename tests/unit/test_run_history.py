@@ -230,6 +230,8 @@ def test_the_daemon_learns_a_run_when_a_job_it_saw_running_is_gone(tmp_path: Pat
     # 7 ended, 8 was requeued (pending again), 9 still runs
     done = tracker.finished(snapshot(10, [first[2]], pending=("8",)))
     assert [(r.user, r.run_s) for r in done] == [("alice", 60 * 60.0)]  # 50 + 10 minutes
+    # after a gap (Slurm unreadable, a standby taking over) when 9 ended is not known
+    assert tracker.finished(snapshot(30, [])) == [] and tracker.running == {}
     database = Database(f"sqlite:///{tmp_path / 'cm.db'}")
     database.upgrade()
     with database.session() as session:
