@@ -363,6 +363,21 @@ class ClusterEvent(Base):
     message: Mapped[str] = mapped_column(Text)
 
 
+class JobRun(Base):
+    """A job cm-scale saw running and then gone (not requeued): what the site's run-time
+    history learns from (workload.history; onprem_first's start estimates). No job id or
+    command: its user, shape, time limit and run time are all the history needs."""
+
+    __tablename__ = "job_runs"
+    __table_args__ = (Index("ix_job_runs_finished_at", "finished_at"),)
+    id: Mapped[int] = mapped_column(BigInteger().with_variant(Integer, "sqlite"), primary_key=True)
+    finished_at: Mapped[datetime] = mapped_column()  # the first cycle that saw it gone
+    user: Mapped[str] = mapped_column(String(64))
+    shape: Mapped[str] = mapped_column(Text)  # JSON list of policy.fit.job_shape's fields
+    limit_s: Mapped[float] = mapped_column(Float)
+    run_s: Mapped[float] = mapped_column(Float)
+
+
 class InstanceRun(Base):
     """One instance's life, for cost: opened at launch, closed (with its cost) at terminate."""
 

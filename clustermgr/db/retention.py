@@ -1,7 +1,7 @@
 """What the database keeps and for how long: history older than `[database]
 retention_days` goes (node transitions, cluster events, launch request ids no node or
-director holds any more). Cost records (`instance_runs`) and staging records stay: they
-are the site's bill and its users' own history.
+director holds any more, finished jobs' run times). Cost records (`instance_runs`) and
+staging records stay: they are the site's bill and its users' own history.
 
 A request id can go once no row holds it: an instance launched under it and still alive
 was adopted (bound to a node, or recorded as a director's) within minutes of its launch,
@@ -16,7 +16,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import CursorResult, delete, select
 
 from clustermgr.db.database import Database
-from clustermgr.db.models import ClusterEvent, Director, LaunchRequest, Node, NodeEvent
+from clustermgr.db.models import ClusterEvent, Director, JobRun, LaunchRequest, Node, NodeEvent
 
 
 @dataclass(frozen=True)
@@ -24,11 +24,12 @@ class Pruned:
     node_events: int
     cluster_events: int
     launch_requests: int
+    job_runs: int = 0
 
     def summary(self) -> str:
         return (
             f"{self.node_events} node transitions, {self.cluster_events} cluster events, "
-            f"{self.launch_requests} launch request ids"
+            f"{self.launch_requests} launch request ids, {self.job_runs} finished jobs' run times"
         )
 
 
@@ -46,6 +47,7 @@ def prune(database: Database, retention_days: float, now: datetime) -> Pruned:
         delete(LaunchRequest).where(
             LaunchRequest.issued_at < cutoff, LaunchRequest.request_id.not_in(held)
         ),
+        delete(JobRun).where(JobRun.finished_at < cutoff),
     )
     with database.session() as session:
         counts = [_deleted(session.execute(statement)) for statement in statements]

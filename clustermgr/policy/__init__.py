@@ -27,6 +27,7 @@ from clustermgr.policy.fit import (
 )
 from clustermgr.policy.view import ClusterView, LaunchFailure, NodeView, TemplateView
 from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
+from clustermgr.workload.history import RunEstimate, RunHistory
 
 __all__ = [
     "BillingRule",
@@ -42,6 +43,8 @@ __all__ = [
     "Price",
     "ReasonMemo",
     "Refusal",
+    "RunEstimate",
+    "RunHistory",
     "RunningJob",
     "ScaleDecision",
     "Stop",

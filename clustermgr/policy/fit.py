@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from clustermgr.core.reasons import HOLD_PREFIX
 from clustermgr.policy.view import TemplateView
 from clustermgr.workload.base import JobShape as JobShape  # re-exported: policies read it here
-from clustermgr.workload.base import PendingJob
+from clustermgr.workload.base import PendingJob, shape_of
 
 # Pending reasons that mean "not enough nodes" (Slurm's own reason strings).
 RESOURCE_REASONS = frozenset(
@@ -64,18 +64,7 @@ def job_shape(job: PendingJob) -> JobShape:
     per job record (the fields it reads are never changed on a record)."""
     if job.shape_memo is not None:
         return job.shape_memo
-    job.shape_memo = shape = (
-        job.partition,
-        job.nodes,
-        job.cpus_per_node,
-        job.memory_per_node_mb,
-        job.gpus_per_node,
-        job.gpus_per_job,
-        job.gpus_per_task,
-        job.tasks if job.gpus_per_task else 0,  # tasks decide the fit only with GPUs per task
-        job.gpu_model,
-        job.features,
-    )
+    job.shape_memo = shape = shape_of(job)
     return shape
 
 

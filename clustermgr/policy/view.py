@@ -11,6 +11,7 @@ from clustermgr.core.pricing import BillingRule, Price, price_of
 from clustermgr.nodes.states import ACTIVE_CLOUD_STATES, NodeState
 from clustermgr.policy.decision import ScaleDecision
 from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
+from clustermgr.workload.history import RunHistory
 
 
 @dataclass(frozen=True)
@@ -141,6 +142,10 @@ class ClusterView:
     failures: Sequence[LaunchFailure] = ()
     month_spend: float = 0.0  # $ spent this calendar month on finished nodes
     proposed: ScaleDecision = field(default_factory=ScaleDecision)
+    # run times of the jobs finished so far (workload.history): when the running jobs will
+    # end by the site's own history rather than their time limits (onprem_first reads it);
+    # policies only read it
+    run_history: RunHistory = field(default_factory=RunHistory, repr=False, compare=False)
     # cloud nodes by (state, template): built from `nodes` when first asked, unless the
     # caller keeps one up to date itself (the simulator, which changes a few nodes per cycle)
     burst_index: BurstIndex | None = field(default=None, repr=False, compare=False)

@@ -12,7 +12,7 @@ import gc
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 
 from clustermgr.config import Settings
@@ -50,6 +50,7 @@ from clustermgr.scaling.observe import (
 from clustermgr.scaling.onprem import onprem_providers
 from clustermgr.scaling.protection import template_health
 from clustermgr.scaling.reconcile import Judgment
+from clustermgr.scaling.runs import RunTracker, rows
 from clustermgr.scaling.specs import LaunchSpecs
 from clustermgr.scaling.verdicts import Verdict
 from clustermgr.workload.base import Workload
@@ -144,6 +145,7 @@ class Engine:
         self._version: tuple[float, str] | None = None  # (when read, slurmctld's version)
         # read with the configuration (a reload builds a new engine); ConfigError if bad
         self.images = template_definitions(settings)
+        self.runs = RunTracker()  # the site's run-time history (job_runs), read at first
 
     def provider(self, name: str) -> Provider:
         if name not in self.providers:
@@ -184,6 +186,8 @@ class Engine:
             health = template_health(session, self.settings, now)
             gate = read_gate(session, self.settings, instances)
             images = region_images(session, self.settings, self.images) if self.images else {}
+            if not self.runs.loaded:
+                self.runs.load(session)
             held = (
                 {r.instance_id for r in rows.records.values() if r.instance_id}
                 | rows.unreadable_instances
@@ -218,6 +222,7 @@ class Engine:
 
     def _cycle(self, report: CycleReport, dry_run: bool, decide: bool) -> None:
         snapshot = self.observe(report)
+        self._learn_runs(snapshot, record=not dry_run and self.guard())
         with snapshot_frozen():
             self._judge_decide_act(report, snapshot, dry_run, decide)
         if not dry_run and self.guard():
@@ -228,6 +233,7 @@ class Engine:
     ) -> None:
         progress_marks.step("reconcile")
         judgment, view = judge(self.settings, snapshot)
+        view = replace(view, run_history=self.runs.history)
         report.judgment = judgment
         plan = Plan()
         if decide:
@@ -274,6 +280,19 @@ class Engine:
         report.error = report.error or report.acted.error
 
     # --- helpers -------------------------------------------------------------------------
+
+    def _learn_runs(self, snapshot: Snapshot, record: bool) -> None:
+        """The jobs finished since the last cycle: into the history and `job_runs` when
+        `record` (the leader, not a dry run); the running jobs are followed either way."""
+        finished = self.runs.finished(snapshot.workload)
+        if not finished or not record:
+            return
+        self.runs.learn(finished)
+        try:
+            with self.db.session() as session:
+                session.add_all(rows(finished))
+        except ClusterMgrError as exc:
+            log.warning("could not keep %d finished jobs' run times: %s", len(finished), exc)
 
     def _start_copies(self, images: Mapping[str, RegionImage]) -> str:
         """The machine-image copies waiting templates need: started where none is, followed

@@ -32,6 +32,7 @@ from datetime import UTC, datetime, timedelta
 from clustermgr.config import PolicyRef, Settings
 from clustermgr.nodes.states import NodeState
 from clustermgr.policy.chain import PolicyRunner
+from clustermgr.policy.fit import job_shape
 from clustermgr.policy.loader import load_chain
 from clustermgr.policy.view import ClusterView, NodeView, TemplateView, is_free_slot
 from clustermgr.scaling.clamp import LaunchOrder
@@ -43,6 +44,7 @@ from clustermgr.sim.results import Outcome, Sample, share
 from clustermgr.sim.scheduler import Timeline, estimated_starts, release_timeline, schedule
 from clustermgr.sim.traces import Trace
 from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
+from clustermgr.workload.history import RunHistory
 
 ARRIVE, END, BOOTED, RECLAIM, IDLE, TICK = range(6)
 REACTIVE_IDLE_S = 600.0  # Slurm's SuspendTime in the peers' setups
@@ -111,6 +113,7 @@ class Replay:
         self._marked: list[SimJob] = []  # queued jobs whose reason or estimate a view set
         self._timeline: Timeline | None = None  # free node shares now and as jobs end
         self._open_rate = self._open_offset = 0.0  # $/s of the nodes up, and its offset
+        self.history = RunHistory()  # the jobs finished so far: never the future's
         self.jobs = self._jobs(trace, scale_time)
 
     # --- setup -------------------------------------------------------------------------
@@ -278,6 +281,8 @@ class Replay:
         self._dirty.update(nodes)
         job.end = self.now
         self.outcome.finish(job, pool.cloud, pool.shape)
+        if job.requested_s:
+            self.history.record(job.user, job_shape(job.pending), job.requested_s, job.run_s)
         if pool.cloud and self.strategy.kind == "bound":
             template = self.templates[pool.name]
             paid_s = job.run_s * job.nodes * share(job, pool.shape)
@@ -336,7 +341,9 @@ class Replay:
         job.end = None
         estimated_end = job.start + job.estimate_s
         limit = self.origin + timedelta(seconds=estimated_end)
-        self._running[job.index] = RunningJob(job.job_id, tuple(n.name for n in nodes), limit)
+        names, started = tuple(n.name for n in nodes), self.origin + timedelta(seconds=job.start)
+        facts = (started, job.user, job_shape(job.pending), job.requested_s or None)  # history's
+        self._running[job.index] = RunningJob(job.job_id, names, limit, *facts)
         self._running_now = None
         for node in nodes:
             node.jobs_end = max(node.jobs_end or 0.0, estimated_end)
@@ -556,6 +563,7 @@ class Replay:
             month_spend=self.outcome.month_spend(now),
             burst_index=self._index,
             free_index=self._free,
+            run_history=self.history,
         )
 
     def _index_free(self, view: NodeView) -> None:

@@ -90,6 +90,22 @@ class WorkloadNode:
 JobShape = tuple[str, int, int, int, int, int, int, int, str | None, tuple[str, ...]]
 
 
+def shape_of(job: PendingJob) -> JobShape:
+    """What decides a job's fit (policy.fit.job_shape memoizes it on the record)."""
+    return (
+        job.partition,
+        job.nodes,
+        job.cpus_per_node,
+        job.memory_per_node_mb,
+        job.gpus_per_node,
+        job.gpus_per_job,
+        job.gpus_per_task,
+        job.tasks if job.gpus_per_task else 0,  # tasks decide the fit only with GPUs per task
+        job.gpu_model,
+        job.features,
+    )
+
+
 @dataclass(slots=True)  # not frozen: 3x cheaper to build, and queues hold 100,000 of them
 class PendingJob:
     job_id: str
@@ -131,7 +147,13 @@ class PendingJob:
 class RunningJob:
     job_id: str
     nodes: tuple[str, ...]
-    end_time: datetime | None
+    end_time: datetime | None  # when its time limit ends it (what Slurm plans with)
+    # what the site's run-time history (workload.history) reads: when it started, whose it
+    # is, its shape (shape_of) and its time limit (None: unlimited, or not known)
+    start_time: datetime | None = None
+    user: str = ""
+    shape: JobShape | None = None
+    time_limit_s: float | None = None
 
 
 @dataclass(frozen=True)

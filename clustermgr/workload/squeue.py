@@ -13,9 +13,10 @@ import logging
 import math
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from datetime import UTC, datetime
 
-from clustermgr.workload.base import PendingJob, RunningJob
+from clustermgr.workload.base import PendingJob, RunningJob, shape_of
 
 log = logging.getLogger("clustermgr.workload")
 TAB = "\t"
@@ -24,9 +25,8 @@ NEWLINE = "\n"  # Slurm ends a record with \n alone: str.splitlines() would also
 SKIP_WARNINGS = 5  # per read: the first bad lines by name, then a count
 # a job id as squeue prints it: 123, 123_4, 123_[1-1000%10], 123+0 (a het job's part)
 JOB_ID = re.compile(r"[0-9]+(?:_(?:[0-9]+|\[[0-9,:%-]+\])|\+[0-9]+)?")
-PENDING_FIELDS = (
-    "JobArrayID",
-    "ArrayTaskID",
+# what decides a job's shape (workload.base.shape_of), pending or running
+SHAPE_FIELDS = (
     "Partition",
     "NumNodes",
     "NumTasks",
@@ -35,6 +35,11 @@ PENDING_FIELDS = (
     "tres-per-job",
     "tres-per-task",
     "Feature",
+)
+PENDING_FIELDS = (
+    "JobArrayID",
+    "ArrayTaskID",
+    *SHAPE_FIELDS,
     "TimeLimit",
     "SubmitTime",
     "StartTime",
@@ -46,7 +51,10 @@ PENDING_FIELDS = (
 # and a line without it (an older reader's stand-in) is still a job, with no comment
 PENDING_FORMAT = ",".join(f"{name}:0{TAB}" for name in (*PENDING_FIELDS, "Comment"))
 RUNNING_FIELDS = ("JobArrayID", "NodeList", "EndTime")
-RUNNING_FORMAT = ",".join(f"{name}:0{TAB}" for name in RUNNING_FIELDS)
+# what the site's run-time history (workload.history) learns from, in `_pending`'s terms
+RUNNING_HISTORY_FIELDS = ("StartTime", "TimeLimit", "UserName", *SHAPE_FIELDS)
+RUNNING_FORMAT = ",".join(f"{name}:0{TAB}" for name in (*RUNNING_FIELDS, *RUNNING_HISTORY_FIELDS))
+USER_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@$-]{0,63}")
 
 _GRES = re.compile(r"gpu(?::(?P<model>[A-Za-z][\w.-]*))?:(?P<count>\d+)")
 _MEM = re.compile(r"^(?P<n>\d+(?:\.\d+)?)(?P<unit>[KMGT]?)$")
@@ -171,11 +179,14 @@ def _tres(text: str) -> tuple[int, int, int]:
 
 
 def parse_running(text: str) -> list[RunningJob]:
-    """Running jobs and their nodes; an unreadable line is skipped with a warning."""
+    """Running jobs and their nodes; an unreadable line is skipped with a warning. A line
+    whose history fields (RUNNING_HISTORY_FIELDS) cannot be read is still a running job,
+    without them (the history learns nothing from it), and is named in a warning too."""
     from clustermgr.core.hostlists import HostlistError, expand
 
     jobs = []
     skipped = _Skipped("running")
+    unread = _Skipped("running history")
     for number, line in _lines(text):
         fields = line.split(TAB)
         job_id = fields[0].strip()
@@ -188,9 +199,44 @@ def parse_running(text: str) -> list[RunningJob]:
         except HostlistError as exc:
             skipped.add(number, job_id, f"node list {nodelist[:60]!r} is not a hostlist: {exc}")
             continue
-        jobs.append(RunningJob(job_id=job_id, nodes=nodes, end_time=timestamp(fields[2])))
+        job = RunningJob(job_id=job_id, nodes=nodes, end_time=timestamp(fields[2]))
+        extra = fields[len(RUNNING_FIELDS) : len(RUNNING_FIELDS) + len(RUNNING_HISTORY_FIELDS)]
+        if len(extra) == len(RUNNING_HISTORY_FIELDS):
+            try:
+                job = with_history_fields(job, *extra)
+            except (ValueError, KeyError, OverflowError) as exc:
+                unread.add(number, job_id, f"its history fields: {exc}")
+        jobs.append(job)
     skipped.report()
+    unread.report()
     return jobs
+
+
+def with_history_fields(  # one argument per squeue field, in RUNNING_HISTORY_FIELDS order
+    job: RunningJob,
+    start_time: str,
+    time_limit: str,
+    user: str,
+    *shape: str,  # SHAPE_FIELDS
+) -> RunningJob:
+    """`job` with its start, user, shape and time limit (ValueError when one is not what
+    squeue prints)."""
+    user = user.strip()
+    if not USER_NAME.fullmatch(user):
+        raise ValueError(f"user {user[:40]!r} is not a user name")
+    started = timestamp(start_time)
+    if started is None:
+        raise ValueError(f"start time {start_time[:40]!r} is not a time")
+    fields = [job.job_id, "N/A", *shape, time_limit, "", start_time, user, "1", ""]
+    fit = _pending(*fields)  # PENDING_FIELDS' order
+    limit = fit.time_limit_min
+    return replace(
+        job,
+        start_time=started,
+        user=user,
+        shape=shape_of(fit),
+        time_limit_s=limit * 60.0 if limit else None,
+    )
 
 
 @functools.lru_cache(maxsize=1024)

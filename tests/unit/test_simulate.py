@@ -153,6 +153,30 @@ def test_onprem_first_holds_a_job_that_starts_on_prem_before_a_boot() -> None:
     assert figures.launches == 1 and starts(sim)["j2"] == 600
 
 
+def test_onprem_first_learns_run_times_from_the_jobs_the_replay_has_finished() -> None:
+    # three jobs of user u run 5 minutes of a 2-hour limit, one after another; a fourth
+    # like them runs when j4 arrives: Slurm's estimate is its limit (2 h), the history's 5 min
+    learned = [job(n, n * 1000, 300, requested=7200) for n in range(4)]
+    arrives = job(4, 3001, 60, requested=60)
+    chain = [
+        {"name": "onprem_first", "options": {"minutes": 15}},
+        {"name": "queue_depth"},
+        {"name": "idle_timeout"},
+    ]
+    figures, sim = replay(settings(chain=chain), "default", 1, *learned, arrives)
+    assert figures.launches == 0 and starts(sim)["j4"] == 299  # held, then on-prem
+    assert sim.history.recorded == 5
+    chain[0]["options"] = {"minutes": 15, "history": False}
+    figures, sim = replay(settings(chain=chain), "default", 1, *learned, arrives)
+    # by the limits it bursts, and Slurm gives it the booting node: it waits the boot
+    assert figures.launches == 1 and starts(sim)["j4"] == 600
+    # the first jobs have no past to learn from: a replay never reads the future
+    chain[0]["options"] = {"minutes": 15}
+    early = [job(n, 0, 300, requested=7200) for n in range(2)]
+    figures, _ = replay(settings(chain=chain), "default", 1, *early)
+    assert figures.launches == 1
+
+
 def test_shared_node_jobs_pack_onto_one_node() -> None:
     config = settings(gpus=8)
     pods = [job(n, 0, 3600, cpus=2, gpus=4) for n in range(3)]
