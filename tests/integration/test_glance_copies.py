@@ -26,6 +26,7 @@ from clustermgr.imaging.machine_images import (
     upload_requested,
 )
 from clustermgr.providers.registry import make_provider
+from clustermgr.runtime.daemon import Daemon
 from clustermgr.runtime.director_sync import DirectorSync
 from tests.fakes import openstack_harness
 from tests.fakes.openstack_harness import OpenStackHarness
@@ -65,17 +66,23 @@ def source_data(stack: OpenStackHarness) -> bytes:
     return data
 
 
-def glance_settings(tmp_path: Path, stack: OpenStackHarness) -> Settings:
-    """The template in the fake's main region (Nova and Glance), its image's base in the
-    image-only RegionTwo."""
+def openstack_definition(tmp_path: Path, image: str, region: str) -> None:
+    """The image definition `node` of test_template_images, its [base.openstack] the Glance
+    image `image` of `region`."""
     defs = write_definition(tmp_path / "defs", "a:b:c:d")
     toml = defs / "node.toml"
     toml.write_text(
         toml.read_text().replace(
             '[base.openstack]\nimage = "ubuntu-24.04"\n',
-            f'[base.openstack]\nimage = "{SOURCE_IMAGE}"\nregion = "{SOURCE_REGION}"\n',
+            f'[base.openstack]\nimage = "{image}"\nregion = "{region}"\n',
         )
     )
+
+
+def glance_settings(tmp_path: Path, stack: OpenStackHarness) -> Settings:
+    """The template in the fake's main region (Nova and Glance), its image's base in the
+    image-only RegionTwo."""
+    openstack_definition(tmp_path, SOURCE_IMAGE, SOURCE_REGION)
     return settings_with(
         tmp_path,
         stack.settings(name="os-one"),
@@ -231,3 +238,17 @@ def test_a_leftover_of_a_cut_off_upload_is_replaced_and_a_made_copy_reused(
     uploads = len(stack.fake.requests("PUT"))
     [again] = copy_base_images(db, settings, image)
     assert again.image_id == copy.image_id and len(stack.fake.requests("PUT")) == uploads
+
+
+def test_cm_scale_runs_the_upload_job_without_directors(
+    db: Database, tmp_path: Path, stack: OpenStackHarness, source_data: bytes
+) -> None:
+    """A site with no directors whose template names an image still gets its uploads: the
+    daemon schedules its director-sync job, which knows the templates' definitions."""
+    settings = glance_settings(tmp_path, stack)
+    assert not settings.directors
+    daemon = Daemon(tmp_path / "clustermgr.toml", settings, db)
+    daemon._schedule()
+    assert daemon.scheduler.get_job("director-sync") is not None
+    start_copies(db, settings, daemon.engine.images["node"], {"os-one"})
+    assert daemon.director_sync.run_queued() == ["machine image node to RegionOne: available"]
