@@ -252,3 +252,24 @@ def test_cm_scale_runs_the_upload_job_without_directors(
     assert daemon.scheduler.get_job("director-sync") is not None
     start_copies(db, settings, daemon.engine.images["node"], {"os-one"})
     assert daemon.director_sync.run_queued() == ["machine image node to RegionOne: available"]
+
+
+def test_a_source_glance_that_breaks_off_leaves_the_copy_requested_for_the_next_run(
+    db: Database, tmp_path: Path, stack: OpenStackHarness, source_data: bytes
+) -> None:
+    """A 502 on the source's image data (a proxy in front of its Glance) is transient: the
+    row stays requested with the reason, and the job's next run (10 s later in cm-scale)
+    makes the copy."""
+    settings = glance_settings(tmp_path, stack)
+    image = template_definitions(settings)["node"]
+    start_copies(db, settings, image, {"os-one"})
+    stack.fake.fail_next("GET", f"/image-{SOURCE_REGION}/v2/images/", 502, message="down")
+
+    [line] = director_sync_job(db, settings)
+    assert line.startswith("machine image node to RegionOne: pending ((Code:TRANSIENT) HTTP502")
+    assert "down" in line and copies_named(stack) == []
+    stack.fake.fail_next("GET", "/file", 502, message="cut")  # now on the image's data
+    [line] = director_sync_job(db, settings)
+    assert "(Code:TRANSIENT) HTTP502" in line and "cut" in line, line
+    assert copies_named(stack) == []
+    assert director_sync_job(db, settings) == ["machine image node to RegionOne: available"]

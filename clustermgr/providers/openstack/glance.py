@@ -28,7 +28,12 @@ from typing import Any, Protocol, TypeVar
 
 from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.capabilities import ImageState
-from clustermgr.providers.openstack.errors import NOT_FOUND_CODES, SDK_ERRORS, classify
+from clustermgr.providers.openstack.errors import (
+    NOT_FOUND_CODES,
+    SDK_ERRORS,
+    check_answer,
+    classify,
+)
 from clustermgr.providers.skeleton import Failure
 
 T = TypeVar("T")
@@ -81,7 +86,8 @@ class GlanceCopies:
             return reused
         what = f"reading image {source_image} ({found.id}) from {source_region}'s Glance"
         answer = source.call(
-            what, lambda: source.service("image").download_image(found, stream=True)
+            what,
+            lambda: check_answer(source.service("image").download_image(found, stream=True)),
         )
         data = HashingStream(answer, found.size, found.hash_algo or "sha512")
         where = f"uploading image {source_image} into {self.target.region}'s Glance"
@@ -106,6 +112,9 @@ class GlanceCopies:
             )
         except SDK_ERRORS as exc:
             # the source broke off (its error), or the target refused or broke off
+            if isinstance(data.failure, ShortRead):
+                short = f"{what}: {data.failure}"
+                raise self._refused(ErrorKind.TRANSIENT, "ShortRead", short) from None
             raise self._error(data.failure or exc, what if data.failure else where) from None
         finally:
             answer.close()
@@ -257,6 +266,13 @@ class HashingStream:
         except SDK_ERRORS as exc:
             self.failure = exc
             raise
+        if self.sent != self.size:  # else the target would wait for the bytes still due
+            self.failure = ShortRead(f"the source sent {self.sent} of {self.size} bytes")
+            raise self.failure
 
     def digest(self) -> str:
         return self._hash.hexdigest()
+
+
+class ShortRead(Exception):
+    """The source's data ended before its size."""
