@@ -45,6 +45,7 @@ SHARED_GROUPS = {
         # run at the end of this group, not beside the timing-sensitive fault tests
         "tests/realnova/test_contract.py",
         "tests/realnova/test_burst.py",
+        "tests/realnova/test_glance_copy.py",  # no lab network, but the same plane
     ),
     "burstlab-default-subnet": ("tests/e2e/test_local_burst.py", "tests/e2e/test_cmsub.py"),
     "munge-key-subnet": ("tests/security/test_munge_key.py",),  # 10.213.191.0/24, cm-mkprobe

@@ -226,7 +226,8 @@ def _print_report(report: SyncReport) -> None:
         if r.error:
             click.echo(f"  {r.error}")
     for m in report.machine_images:
-        click.echo(f"machine image {m.image} {m.provider}/{m.region}: {m.state} {m.image_id or ''}")
+        line = f"machine image {m.image} {m.provider}/{m.region}: {m.state} {m.image_id or ''}"
+        click.echo(line.rstrip() + (f" ({m.error})" if m.error else ""))
     for error in report.errors:
         click.echo(f"clustermgr: error: {error}", err=True)
 
@@ -269,7 +270,9 @@ def status(app: AppContext, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
 def copies(app: AppContext, name: str | None, wait_s: float, as_json: bool) -> None:
-    """AWS base image copies in the regions in use: start missing ones, show their state."""
+    """Base machine-image copies in the regions in use (AWS CopyImage, Azure gallery
+    replication, OpenStack Glance uploads, which run here to their end): start missing ones,
+    show their state."""
     from clustermgr.cli.privilege import require_root
 
     require_root("images copies")

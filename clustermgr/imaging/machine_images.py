@@ -1,23 +1,31 @@
-"""Cloud machine images: an image's base machine image (an AWS AMI) copied into each region
-in use.
+"""Cloud machine images: an image's base machine image copied into each region in use.
 
 The regions in use are those of the providers that templates launch in whose type offers
-machine-image copy (clustermgr.providers.capabilities.MachineImages: AWS CopyImage) and
-for whose type the image names a base. A copy is a `machine_images` row: `pending` with
-the new image id once the copy is accepted, `available` when the cloud says so, `failed`
-when the copy failed or the cloud refused it for good (throttling and transient errors
-leave it to the next run). In the base image's own region no copy is made: the row is
-`available` with the base image itself. Calls go through the provider package's own
-clients and error table, never a second copy, and never an import of a cloud's package.
+machine-image copy (clustermgr.providers.capabilities.MachineImages: AWS CopyImage, an
+Azure gallery version replicated, an upload into OpenStack Glance) and for whose type the
+image names a base. A copy is a `machine_images` row: `pending` with the new image id once
+the copy is accepted, `available` when the cloud says so, `failed` when the copy failed or
+the cloud refused it for good (throttling and transient errors leave it to the next run).
+In the base image's own region no copy is made: the row is `available` with the base image
+itself. Calls go through the provider package's own clients and error table, never a
+second copy, and never an import of a cloud's package.
+
+An upload (OpenStack: the head streams the image from the source region's Glance into the
+target's) takes as long as the image takes to move, so a scale cycle only requests it (a
+`pending` row without an image id) and cm-scale's director-sync job makes it
+(`upload_requested`), as `clustermgr images sync` does; the row is `available` once the
+copy is verified and active, `failed` with the reason otherwise (retried after
+`[images] sync_interval_s`, or by `clustermgr images sync`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from sqlalchemy import select
@@ -32,6 +40,8 @@ from clustermgr.providers.capabilities import MachineImages
 
 if TYPE_CHECKING:
     from clustermgr.imaging.definitions import LoadedImage
+
+log = logging.getLogger(__name__)
 
 RETRY_LATER = frozenset({ErrorKind.THROTTLED, ErrorKind.TRANSIENT})
 TAG_IMAGE = "clustermgr-image"
@@ -87,10 +97,14 @@ def copy_base_images(
     db: Database, settings: Settings, image: LoadedImage
 ) -> list[MachineImageStatus]:
     """Start a copy of the image's base image into every region in use that lacks one,
-    then bring every copy's state up to date. Returns the image's rows."""
+    then bring every copy's state up to date. Returns the image's rows. An upload (OpenStack
+    Glance) runs here, to its end: call this only where that may take long (`clustermgr
+    images sync`, the director-sync job), never in a scale cycle."""
     copied = False
     for kind, base in image.definition.base.items():
         providers = regions_in_use(settings, kind)
+        if base.region is None:  # a Glance image named in every region: nothing to upload
+            providers = [p for p in providers if not _uploads(p)]
         if providers:
             source_region = base.region or providers[0].region
             for provider in providers:
@@ -106,14 +120,61 @@ def start_copies(
     `providers`' regions that has none for the base image yet (or whose request the cloud
     did not accept yet: throttled), then every pending copy of the image asked for its
     state. A failed copy is left to `clustermgr images sync` (a copy the cloud refuses for
-    good would be asked for again every cycle)."""
+    good would be asked for again every cycle). An upload is only requested here (a pending
+    row without an image id): the director-sync job makes it (`upload_requested`)."""
     wanted = [p for p in settings.providers if p.name in providers]
     for provider in wanted:
         base = image.definition.base.get(provider.type)
         if base is not None and provider in regions_in_use(settings, provider.type):
             region = base.region or provider.region
-            _copy_into(db, settings, image.name, base.image, provider, region, only_new=True)
+            _copy_into(
+                db, settings, image.name, base.image, provider, region, only_new=True, upload=False
+            )
     return refresh(db, settings, image.name)
+
+
+def upload_requested(
+    db: Database, settings: Settings, images: Mapping[str, LoadedImage], retry_after_s: float
+) -> list[MachineImageStatus]:
+    """The director-sync job's part: every copy that is an upload (OpenStack Glance) and was
+    requested (by a waiting launch) or failed more than `retry_after_s` ago, made now, one
+    after the other, for the images in `images`. Returns the rows it made or retried."""
+    providers = {p.name: p for p in settings.providers}
+    due = datetime.now(UTC) - timedelta(seconds=retry_after_s)
+    with db.session() as session:
+        rows = session.scalars(select(MachineImage).order_by(MachineImage.id)).all()
+        todo = [
+            (row.image_name, providers[row.provider_name], row.id)
+            for row in rows
+            if row.image_name in images
+            and row.provider_name in providers
+            and row.region == providers[row.provider_name].region
+            and (
+                (row.state == "pending" and row.image_id is None)
+                or (row.state == "failed" and _naive(row.requested_at) <= _naive(due))
+            )
+            and _uploads(providers[row.provider_name])
+        ]
+    done: list[int] = []
+    for name, provider, row_id in todo:
+        base = images[name].definition.base.get(provider.type)
+        if base is None or base.region is None:
+            continue
+        _copy_into(db, settings, name, base.image, provider, base.region)
+        done.append(row_id)
+    with db.session() as session:
+        made = [session.get(MachineImage, row_id) for row_id in done]
+        return [_status(row) for row in made if row is not None]
+
+
+def _uploads(provider: ProviderSettings) -> bool:
+    copier = _copier(provider)
+    return copier is not None and copier.uploads
+
+
+def _naive(when: datetime) -> datetime:
+    """SQLite gives back naive UTC datetimes, PostgreSQL aware ones."""
+    return when.replace(tzinfo=None) if when.tzinfo else when
 
 
 def _copy_into(
@@ -124,10 +185,13 @@ def _copy_into(
     provider: ProviderSettings,
     source_region: str,
     only_new: bool = False,
+    upload: bool = True,
 ) -> None:
     """The provider's row for `image`, made or reset for `source`; a copy requested.
     `only_new`: a row already there for `source` is left as it is, unless its copy was
-    never accepted (a throttled request is asked again)."""
+    never accepted (a throttled request is asked again). `upload`: a copy that is an upload
+    is made here, to its end (the row is written before and after, never held open during
+    it); otherwise it stays requested."""
     with db.session() as session:
         row = session.scalars(
             select(MachineImage).filter_by(
@@ -152,11 +216,60 @@ def _copy_into(
             row.available_at = None
         if row.image_id is not None or row.state == "failed":
             return
-        row.requested_at = datetime.now(UTC)
         if provider.region == source_region:
+            row.requested_at = datetime.now(UTC)
             row.image_id, row.state, row.available_at = source, "available", row.requested_at
             return
-        _request_copy(settings, image, provider, source_region, row)
+        if _uploads(provider):
+            if not upload:
+                return  # requested: the director-sync job uploads it
+            row.requested_at = datetime.now(UTC)
+            session.flush()
+            row_id = row.id
+        else:
+            row.requested_at = datetime.now(UTC)
+            _request_copy(settings, image, provider, source_region, row)
+            return
+    _upload(db, settings, image, provider, source_region, row_id)
+
+
+def _upload(
+    db: Database,
+    settings: Settings,
+    image: str,
+    provider: ProviderSettings,
+    source_region: str,
+    row_id: int,
+) -> None:
+    """An upload into the provider's region, with no database session open while it runs;
+    its outcome recorded on the row (unless the row changed meanwhile)."""
+    with db.session() as session:
+        row = session.get(MachineImage, row_id)
+        if row is None:
+            return
+        source = row.source_image
+    started = time.monotonic()
+    log.info(
+        "image %s: uploading %s from %s into %s", image, source, source_region, provider.region
+    )
+    probe = MachineImage(source_image=source, state="pending", error="")
+    _request_copy(settings, image, provider, source_region, probe)
+    with db.session() as session:
+        row = session.get(MachineImage, row_id)
+        if row is None or row.source_image != source:
+            return  # the definition changed during the upload: the next run copies the new one
+        row.image_id, row.error = probe.image_id, probe.error
+        row.state = "failed" if probe.state == "failed" else "pending"
+        if probe.image_id is not None:  # uploaded, verified and active
+            row.state, row.available_at = "available", datetime.now(UTC)
+    log.info(
+        "image %s into %s: %s after %.0f s%s",
+        image,
+        provider.region,
+        "available" if probe.image_id else probe.state,
+        time.monotonic() - started,
+        f" ({probe.error})" if probe.error else "",
+    )
 
 
 def _request_copy(

@@ -44,12 +44,18 @@ class ImageState:
 
 @runtime_checkable
 class MachineImages(Protocol):
-    """The cloud copies a machine image into this provider's region (AWS CopyImage)."""
+    """A machine image copied into this provider's region: by the cloud itself (AWS
+    CopyImage, an Azure gallery replication), or by an upload from the head (OpenStack
+    Glance), which moves the whole image through the head and so runs only in the
+    director-sync job or `clustermgr images sync`, never in a scale cycle."""
+
+    uploads: bool  # True: copy_image moves the image itself and returns once it is active
 
     def copy_image(
         self, source_image: str, source_region: str, name: str, description: str, token: str
     ) -> str:
-        """Start the copy (idempotent per `token`); returns the new image's id."""
+        """Start the copy (idempotent per `token`); returns the new image's id. An upload
+        returns once the copy is verified and active, and leaves no half-made image."""
         ...
 
     def tag_image(self, image_id: str, tags: Mapping[str, str]) -> None: ...

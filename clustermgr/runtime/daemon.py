@@ -96,6 +96,7 @@ class Daemon:
         self.standby_until = 0.0  # after losing leadership, let a standby take over
         self.scheduler = BackgroundScheduler(timezone=UTC)
         self.director_sync = DirectorSync(settings, database, wake=self._wake_director_sync)
+        self.director_sync.images = self.engine.images
         self.last_scheduled_sync = 0.0  # time.monotonic() of the last full director sync
         self.clock = ClockWatch()
         self.unshifted_step_s = 0.0  # a clock step whose timers could not be moved yet
@@ -183,8 +184,9 @@ class Daemon:
             ("prune", self.prune_job, self.settings.database.prune_interval_s),
             ("heartbeat", self.heartbeat, min(5.0, d.interval_s / 2)),
         ]
-        if self.settings.directors:
-            # queued syncs are picked up at once (woken by the pass) or within this period
+        if self.settings.directors or self.engine.images:
+            # queued syncs are picked up at once (woken by the pass) or within this period,
+            # as are machine-image uploads a cycle requested
             jobs.append(("director-sync", self.director_sync_job, DIRECTOR_SYNC_POLL_S))
         elif self.scheduler.get_job("director-sync") is not None:  # reloaded without directors
             self.scheduler.remove_job("director-sync")
@@ -231,6 +233,7 @@ class Daemon:
             self.settings = settings
             self.engine = engine
             self.director_sync.settings = settings
+            self.director_sync.images = engine.images
             self.watchdog.stall_limit_s = settings.daemon.stall_timeout_s
             self._schedule()
         log.info("configuration reloaded from %s", self.config_path)
@@ -378,14 +381,15 @@ class Daemon:
             job.modify(next_run_time=datetime.now(UTC))
 
     def director_sync_job(self) -> None:
-        """The syncs the lifecycle queued, then, every [images] sync_interval_s, those of
-        every serving director. Leader only; never under the scale lock."""
+        """The syncs the lifecycle queued and the machine-image uploads cycles requested,
+        then, every [images] sync_interval_s, the syncs of every serving director. Leader
+        only; never under the scale lock."""
         if self.stop_event.is_set() or self.role != "leader" or not self.lock.still_leader():
             return
         with PROGRESS.quiet():  # a long rsync is not the cycle's progress, nor its stall
             lines = self.director_sync.run_queued()
             due = self.last_scheduled_sync + self.settings.images.sync_interval_s
-            if time.monotonic() >= due:
+            if self.settings.directors and time.monotonic() >= due:
                 self.last_scheduled_sync = time.monotonic()
                 lines += self.director_sync.sync_scheduled()
         for line in lines:

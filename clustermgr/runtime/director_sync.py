@@ -8,8 +8,11 @@ returns at once) and wakes the daemon's `director-sync` job, which runs the queu
 director at a time under the sync lock on APScheduler's thread pool, while scale cycles go
 on. The next pass's health check reads the replica tables the syncs wrote and moves the
 director to READY. Every `[images] sync_interval_s` the same job syncs every serving director
-(`sync_scheduled`: a new revision of each changed image tree, which is sent at once, the AWS
-machine-image copies, and the LDAP replicas). Both run on the leader only.
+(`sync_scheduled`: a new revision of each changed image tree, which is sent at once, the
+machine-image copies, and the LDAP replicas). Each run of the job also makes the machine-image
+uploads a scale cycle requested for a waiting launch (`uploads`: OpenStack Glance copies,
+which move the whole image through the head; a failed one is tried again after
+`[images] sync_interval_s`). All run on the leader only.
 
 `cm-scale --once` and the tests build it with `inline=True`: `sync` then runs the director's
 syncs at once (the one cycle waits for them) and raises when one failed, which the pass
@@ -20,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -32,9 +35,10 @@ from clustermgr.core.inputs import usable_address
 from clustermgr.db.database import Database
 from clustermgr.db.models import Director
 from clustermgr.directors.health import DirectorInfo
-from clustermgr.imaging import replication
+from clustermgr.imaging import machine_images, replication
 
 if TYPE_CHECKING:
+    from clustermgr.imaging.definitions import LoadedImage
     from clustermgr.ldap import sync as ldap_sync
 
 log = logging.getLogger(__name__)
@@ -72,6 +76,8 @@ class DirectorSync:
         self.db = database
         self.wake = wake
         self.inline = inline
+        # the definitions the templates name (the engine's, read with the configuration)
+        self.images: Mapping[str, LoadedImage] = {}
         self._queued: dict[str, DirectorInfo] = {}
         self._running: set[str] = set()
         self._mutex = threading.Lock()  # the queue
@@ -102,13 +108,14 @@ class DirectorSync:
     # --- the job side --------------------------------------------------------------------
 
     def run_queued(self) -> list[str]:
-        """Sync every queued director, one at a time (the daemon's job); log lines."""
+        """Sync every queued director, one at a time (the daemon's job), then make the
+        machine-image uploads that are due; log lines."""
         lines: list[str] = []
         with self._work:
             while True:
                 with self._mutex:
                     if not self._queued:
-                        return lines
+                        return lines + self._uploads()
                     name = min(self._queued)
                     director = self._queued.pop(name)
                     self._running.add(name)
@@ -143,6 +150,23 @@ class DirectorSync:
                 for target in self._serving_targets():
                     self._ldap(done, target)
         return done.lines
+
+    def _uploads(self) -> list[str]:
+        """The uploads (OpenStack Glance copies) requested by waiting launches or failed
+        longer than a sync interval ago, made one after the other."""
+        if not self.images:
+            return []
+        try:
+            rows = machine_images.upload_requested(
+                self.db, self.settings, self.images, self.settings.images.sync_interval_s
+            )
+        except ClusterMgrError as exc:
+            return [f"machine-image uploads: {exc}"]
+        lines = []
+        for row in rows:
+            error = f" ({row.error})" if row.error else ""
+            lines.append(f"machine image {row.image} to {row.region}: {row.state}{error}")
+        return lines
 
     def _serving_targets(self) -> list[ldap_sync.DirectorTarget]:
         from clustermgr.ldap import sync as ldap_sync

@@ -48,7 +48,7 @@ class Req:
 @dataclass
 class Reply:
     status: int
-    body: Any  # JSON-serialisable; None: no body
+    body: Any  # JSON-serialisable, or bytes sent as they are; None: no body
     headers: dict[str, str] = field(default_factory=dict)
 
 
@@ -239,12 +239,15 @@ class FakeHandler(BaseHTTPRequestHandler):
         fake = self.server.fake
         headers = {k.lower(): v for k, v in self.headers.items()}
         reply = fake.handle(self.command, self.path, headers, body)
-        data = b"" if reply.body is None else json.dumps(reply.body).encode()
+        raw = isinstance(reply.body, bytes)
+        data = b"" if reply.body is None else reply.body if raw else json.dumps(reply.body).encode()
         self.send_response(reply.status)
         for key, value in reply.headers.items():
             self.send_header(key, value)
         if reply.body is not None:
-            self.send_header("Content-Type", fake.content_type)
+            self.send_header(
+                "Content-Type", "application/octet-stream" if raw else fake.content_type
+            )
         self.send_header("Content-Length", str(len(data)))
         for key, value in fake.reply_headers(self.path).items():
             self.send_header(key, value)

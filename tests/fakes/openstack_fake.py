@@ -4,10 +4,13 @@ plain HTTP on 127.0.0.1, for the real openstacksdk.
 It answers what openstacksdk calls for clustermgr: version discovery documents, the password
 token flow (`POST /identity/v3/auth/tokens`, a catalog pointing back at this server, 401 for
 a wrong password), flavors (detail, with `extra_specs`), servers (create, list and detail list
-paged with `marker`/`limit` and `servers_links`, get, delete), images and networks by name or
-id, and key pairs. A new server is BUILD for `build_polls` reads, then ACTIVE, or ERROR with
-the fault {"code": 500, "message": "No valid host was found. ..."} when capacity is exhausted
-(or another fault injected by `fail_next_creates`).
+paged with `marker`/`limit` and `servers_links`, get, delete), Glance v2 images with their
+data (tests/fakes/glance_fake.py: create, upload, download, update, delete), networks by name
+or id, and key pairs. `image_regions` adds regions that have only a Glance (each its own
+store, in the catalog as `image` endpoints of that region), the source of a copy. A new
+server is BUILD for `build_polls` reads, then ACTIVE, or ERROR with the fault {"code": 500,
+"message": "No valid host was found. ..."} when capacity is exhausted (or another fault
+injected by `fail_next_creates`).
 
 Where each answer's shape was seen (Debian 12's nova, 2:26.2.2 "Zed", python3-nova):
 - the microversion range: nova/api/openstack/api_version_request.py `_MAX_API_VERSION = '2.93'`;
@@ -49,6 +52,7 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 import requests
 
 from tests.fakes import http_fake
+from tests.fakes.glance_fake import Glance
 from tests.fakes.http_fake import JSON, HttpFake, Reply
 from tests.fakes.openstack_server_groups import BadRequest, NotFound, ServerGroups
 
@@ -201,6 +205,7 @@ class FakeOpenStack(HttpFake):
         region: str = REGION,
         max_microversion: str = NOVA_MAX_MICROVERSION,
         flavors: list[JSON] | None = None,
+        image_regions: tuple[str, ...] = (),
     ) -> None:
         super().__init__()
         self.username = USERNAME
@@ -213,13 +218,25 @@ class FakeOpenStack(HttpFake):
         self.page_size = page_size  # Nova's max_limit: the most servers on one page
         self.build_polls = build_polls
         self.flavors = copy.deepcopy(flavors if flavors is not None else DEFAULT_FLAVORS)
-        self.images = dict(DEFAULT_IMAGES)
         self.networks = dict(DEFAULT_NETWORKS)
         self.keypairs = dict(DEFAULT_KEYPAIRS)
         self.project_id = uuid.uuid5(uuid.NAMESPACE_DNS, PROJECT).hex
+        self.glances = {r: Glance(self.project_id) for r in (region, *image_regions)}
+        for name, image_id in DEFAULT_IMAGES.items():
+            self.glances[region].seed(name, b"\0" * 1024, image_id)
         self.user_id = uuid.uuid5(uuid.NAMESPACE_DNS, USERNAME).hex
         self.server_groups = ServerGroups(self.project_id, self.user_id)
         self.state = FakeState()
+
+    @property
+    def images(self) -> dict[str, str]:
+        """name -> id of the active images in the main region's Glance (what Nova boots)."""
+        return self.glances[self.region].active()
+
+    def glance(self, region: str | None = None) -> Glance:
+        """A region's Glance (the main region's by default), for a test to seed or read;
+        hold `lock` around changes while the fake serves."""
+        return self.glances[region or self.region]
 
     # ----------------------------------------------------------------- the server's part
 
@@ -264,6 +281,8 @@ class FakeOpenStack(HttpFake):
                 "project_domain_name": self.domain,
             },
             "region_name": self.region,
+            # every region a connection may name (openstacksdk refuses any other)
+            **({"regions": list(self.glances)} if len(self.glances) > 1 else {}),
             "identity_api_version": 3,
             "interface": "public",
         }
@@ -390,6 +409,8 @@ class FakeOpenStack(HttpFake):
 
     def _route(self, req: Req, headers: dict[str, str]) -> Reply:
         service = req.segs[0] if req.segs else ""
+        if service.startswith("image-") and service[len("image-") :] in self.glances:
+            return self._glance_of(service[len("image-") :], req, headers)
         if service == "identity":
             return self._identity(req)
         discovery = {"compute": self._nova_versions, "image": self._glance_versions}
@@ -403,8 +424,16 @@ class FakeOpenStack(HttpFake):
         if service == "compute":
             return self._compute(req)
         if service == "image":
-            return self._glance(req)
+            return self.glances[self.region].route(req)
         return self._neutron(req)
+
+    def _glance_of(self, region: str, req: Req, headers: dict[str, str]) -> Reply:
+        """An image-only region's Glance, at /image-REGION."""
+        if req.method == "GET" and len(req.segs) <= 2:
+            return self._glance_versions(req)
+        self._authorize(headers)
+        self._inject(req)
+        return self.glances[region].route(req)
 
     def _authorize(self, headers: dict[str, str]) -> None:
         token = headers.get("x-auth-token", "")
@@ -477,6 +506,8 @@ class FakeOpenStack(HttpFake):
             ("image", "glance", f"{self.url}/image"),
             ("network", "neutron", f"{self.url}/networking"),
         ]
+        regions = {kind: [(self.region, url)] for kind, _, url in services}
+        regions["image"] += [(r, f"{self.url}/image-{r}") for r in self.glances if r != self.region]
         return [
             {
                 "type": kind,
@@ -484,16 +515,17 @@ class FakeOpenStack(HttpFake):
                 "id": uuid.uuid5(uuid.NAMESPACE_URL, kind).hex,
                 "endpoints": [
                     {
-                        "id": uuid.uuid5(uuid.NAMESPACE_URL, kind + iface).hex,
+                        "id": uuid.uuid5(uuid.NAMESPACE_URL, kind + region + iface).hex,
                         "interface": iface,
-                        "region": self.region,
-                        "region_id": self.region,
+                        "region": region,
+                        "region_id": region,
                         "url": url,
                     }
+                    for region, url in regions[kind]
                     for iface in ("public", "internal")
                 ],
             }
-            for kind, name, url in services
+            for kind, name, _ in services
         ]
 
     # discovery ---------------------------------------------------------------
@@ -518,7 +550,7 @@ class FakeOpenStack(HttpFake):
     def _glance_versions(self, req: Req) -> Reply:
         if req.segs[1:] not in ([], ["v2"]):
             raise NovaError(404, f"no image version at {req.path}")
-        link = [{"rel": "self", "href": f"{self.url}/image/v2/"}]
+        link = [{"rel": "self", "href": f"{self.url}/{req.segs[0]}/v2/"}]
         return Reply(300, {"versions": [{"id": "v2.16", "status": "CURRENT", "links": link}]})
 
     def _neutron_versions(self, req: Req) -> Reply:
@@ -889,22 +921,7 @@ class FakeOpenStack(HttpFake):
             "extra_specs": dict(flavor["extra_specs"]),
         }
 
-    # Glance and Neutron --------------------------------------------------------
-
-    def _glance(self, req: Req) -> Reply:
-        rest = req.segs[2:]  # after /image/v2
-        if req.method != "GET" or not rest or rest[0] != "images":
-            raise NovaError(404, f"no image route {req.path}")
-        images = [_image(name, iid) for name, iid in self.images.items()]
-        if len(rest) == 2:
-            found = [i for i in images if i["id"] == rest[1]]
-            if not found:
-                raise NovaError(404, f"No image found with ID {rest[1]}")
-            return Reply(200, found[0])
-        for key in ("name", "id"):
-            if key in req.query:
-                images = [i for i in images if i[key] == req.query[key]]
-        return Reply(200, {"images": images, "schema": "/v2/schemas/images", "first": "/v2/images"})
+    # Neutron -----------------------------------------------------------------
 
     def _ports(self, req: Req, rest: list[str]) -> Reply:
         """Neutron ports (Networking API v2.0 reference, Ports): create (POST /v2.0/ports,
@@ -988,27 +1005,6 @@ def _links(url: str, server_id: str) -> list[JSON]:
 
 def _brief(server: JSON, url: str) -> JSON:
     return {"id": server["id"], "name": server["name"], "links": _links(url, server["id"])}
-
-
-def _image(name: str, image_id: str) -> JSON:
-    return {
-        "id": image_id,
-        "name": name,
-        "status": "active",
-        "visibility": "public",
-        "disk_format": "qcow2",
-        "container_format": "bare",
-        "min_disk": 0,
-        "min_ram": 0,
-        "size": 1024,
-        "tags": [],
-        "protected": False,
-        "created_at": "2025-01-01T00:00:00Z",
-        "updated_at": "2025-01-01T00:00:00Z",
-        "self": f"/v2/images/{image_id}",
-        "file": f"/v2/images/{image_id}/file",
-        "schema": "/v2/schemas/image",
-    }
 
 
 def _network(name: str, net_id: str, project_id: str) -> JSON:

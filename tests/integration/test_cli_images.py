@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
-import re
 from pathlib import Path
 
 import pytest
+import yaml
 
 from clustermgr.db.database import Database
 from clustermgr.db.models import Provider
@@ -81,7 +81,11 @@ def test_render_carries_facts_and_never_the_munge_key(site: dict[str, str]) -> N
     assert '"10.0.0.10:/home", "/home", nfs' in text  # head's NFS export
     assert '"10.9.8.7:/srv/clustermgr/images/gpu-node/opt/site", "/opt/site"' in text
     assert "CLUSTERMGR_CONF_SERVER=10.0.0.10" in text
-    [encoded] = re.findall(r"content: (\S{200,})", text)
+    [encoded] = [
+        entry["content"]
+        for entry in yaml.safe_load(text)["write_files"]
+        if entry["path"] == "/usr/local/sbin/clustermgr-bootstrap"
+    ]
     script = base64.b64decode(encoded).decode()
     assert "PROVIDER_TYPE='aws'" in script and "--conf-server '10.0.0.10'" in script
     for rendered in (text, script):

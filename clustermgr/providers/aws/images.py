@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 
 class AwsMachineImages:
+    uploads = False  # the cloud copies it
+
     def __init__(self, clients: AwsClients) -> None:
         self.clients = clients
 

@@ -57,6 +57,8 @@ def gallery_version(image_id: str) -> GalleryVersion | None:
 
 
 class AzureMachineImages:
+    uploads = False  # the cloud copies it
+
     def __init__(self, clients: AzureClients, region: str) -> None:
         self.clients = clients
         self.region = region

@@ -132,6 +132,13 @@ def fault_failure(fault: Mapping[str, Any] | None) -> Failure:
     return Failure(kind or ErrorKind.OTHER, label, first_line(message), number)
 
 
+def check_answer(response: Any) -> Any:
+    """The response, or the SDK's HTTP error for an error answer (openstacksdk does not check
+    the status of a streamed download)."""
+    openstack.exceptions.raise_from_response(response)
+    return response
+
+
 def is_not_found(exc: BaseException) -> bool:
     return http_status(exc) == 404 or type(exc).__name__ == "NotFoundException"
 

@@ -35,7 +35,13 @@ KIND = ProviderKind(
     credential_sources=("clouds_yaml",),
     billing=(3600, 3600),
     capabilities=frozenset(
-        {"placement", "per_launch_placement", "placement_policy", "root_volume"}
+        {
+            "placement",
+            "per_launch_placement",
+            "placement_policy",
+            "root_volume",
+            "machine_image_copy",
+        }
     ),
     options=OpenStackOptions,
     sdk_loggers=("openstack", "keystoneauth"),

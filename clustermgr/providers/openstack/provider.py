@@ -31,6 +31,7 @@ from clustermgr.providers.openstack.errors import (
     classify,
     is_not_found,
 )
+from clustermgr.providers.openstack.glance import GlanceCopies
 from clustermgr.providers.openstack.launch import Launcher, ServerPlan, plan_servers
 from clustermgr.providers.openstack.shapes import instance_of, instance_type_of
 from clustermgr.providers.openstack.sriov import PORT_KEY, delete_port
@@ -58,6 +59,16 @@ class OpenStackProvider(CloudProvider[ServerPlan]):
         self.cloud = self.client.cloud
         self.timing = timing_for(settings)
         self._flavors: TtlCache[list[Any]] = TtlCache()
+
+    @classmethod
+    def capabilities(cls, settings: ProviderSettings) -> Sequence[object]:
+        """Machine-image copy (clustermgr.providers.capabilities): an upload through the
+        head from another region of the same cloud into this one's Glance."""
+
+        def region_of(region: str) -> OpenStackProvider:
+            return cls(settings.model_copy(update={"region": region}), "")
+
+        return (GlanceCopies(cls(settings, ""), region_of),)
 
     # ------------------------------------------------------------------ connection
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import configparser
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 NEUTRON_TEST_PASTE = "/usr/lib/python3/dist-packages/neutron/tests/etc/api-paste.ini"
@@ -36,6 +36,7 @@ class Ports:
     glance: int
     nova: int
     neutron: int
+    extra: Mapping[str, int] = field(default_factory=dict)  # services started later, by name
 
 
 @dataclass(frozen=True)
@@ -141,25 +142,29 @@ delay_auth_decision = true
 """
 
 
-def glance(s: Settings) -> Path:
-    paste = s.workdir / "glance-api-paste.ini"
+def glance(s: Settings, name: str = "glance") -> Path:
+    """glance-api's configuration; `name` another Glance's (its own files, database
+    `s.db_url[name]`, store directory and port: the image-only second region)."""
+    paste = s.workdir / f"{name}-api-paste.ini"
     paste.write_text(GLANCE_PASTE)
+    store = s.workdir / ("images" if name == "glance" else f"{name}-images")
+    store.mkdir(mode=0o700, exist_ok=True)
     return write_ini(
-        s.workdir / "glance-api.conf",
+        s.workdir / f"{name}-api.conf",
         {
             "DEFAULT": {
                 **common(s),
                 "bind_host": "127.0.0.1",
-                "bind_port": s.ports.glance,
+                "bind_port": s.ports.glance if name == "glance" else s.ports.extra[name],
                 "workers": 0,  # one process: the API in the process we started
             },
-            "database": {"connection": s.db_url["glance"]},
+            "database": {"connection": s.db_url[name]},
             "keystone_authtoken": authtoken(s),
             "paste_deploy": {"flavor": "keystone", "config_file": str(paste)},
             "glance_store": {
                 "stores": "file",
                 "default_store": "file",
-                "filesystem_store_datadir": str(s.workdir / "images"),
+                "filesystem_store_datadir": str(store),
             },
             "oslo_concurrency": {"lock_path": str(s.workdir / "locks")},
         },

@@ -29,6 +29,7 @@ PACKAGES = ("keystone", "placement", "glance", "nova", "neutron")
 DATABASES = ("keystone", "placement", "glance", "nova_api", "nova", "nova_cell0", "neutron")
 READY_TIMEOUT_S = 120.0
 REGION = "RegionOne"
+IMAGE_REGION = "RegionTwo"  # start_image_region: a Glance only
 # what the tests launch: SmallFakeDriver's host holds two g1.small; g1.quad never fits
 FLAVORS = {"g1.small": (1, 2048, 1), "g1.tiny": (1, 1024, 1), "g1.quad": (4, 4096, 1)}
 IMAGE = "debian-fake"
@@ -49,6 +50,8 @@ class ControlPlane:
     burst_password: str
     services: list[procs.Service] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)
+    settings: configs.Settings | None = None  # what the configuration files were made of
+    database: mariadb.PrivateMariaDB | None = None
 
     @property
     def auth_url(self) -> str:
@@ -151,6 +154,7 @@ def _bring_up(plane: ControlPlane, began: float) -> None:
         rabbit.transport_url,
         {name: db.url(name) for name in DATABASES},
     )
+    plane.settings, plane.database = settings, db
     files = _write_configs(settings)
     _sync_databases(plane, files, db)
     plane.timings["db sync"] = time.monotonic() - began
@@ -361,6 +365,57 @@ def _seed(plane: ControlPlane) -> None:
         name=f"{NETWORK}-v4",
         enable_dhcp=False,
     )
+
+
+@dataclass(frozen=True)
+class ImageRegion:
+    """A second region that has only a Glance (its own glance-api, database and store),
+    in keystone's catalog as that region's image endpoint."""
+
+    region: str
+    url: str
+    service: procs.Service
+    endpoint_id: str
+
+
+def start_image_region(plane: ControlPlane, region: str = IMAGE_REGION) -> ImageRegion:
+    """Another glance-api for `region` (a copy's source); `stop_image_region` undoes it."""
+    import dataclasses
+
+    assert plane.settings is not None and plane.database is not None
+    name = "glance2"
+    mariadb.create_databases(plane.database, [name])
+    port = free_port()
+    base = plane.settings
+    settings = dataclasses.replace(
+        base,
+        ports=dataclasses.replace(base.ports, extra={name: port}),
+        db_url={**base.db_url, name: plane.database.url(name)},
+    )
+    conf = configs.glance(settings, name)
+    sync = entry("glance-manage", "glance.cmd.manage", ["--config-file", str(conf), "db_sync"])
+    procs.run(sync, plane.workdir, f"{name}-manage db_sync")
+    argv = entry("glance-api", "glance.cmd.api", ["--config-file", str(conf)])
+    service = procs.start(f"{name}-api", argv, plane.workdir)
+    plane.services.append(service)  # stop(plane) stops it too
+    url = f"http://127.0.0.1:{port}"
+    _wait_http(plane, service, url + "/")
+    ident = plane.admin().identity
+    if ident.find_region(region) is None:
+        ident.create_region(id=region)
+    image = next(s for s in ident.services() if s.type == "image")
+    endpoint = ident.create_endpoint(
+        service_id=image.id, interface="public", url=url, region_id=region
+    )
+    return ImageRegion(region, url, service, str(endpoint.id))
+
+
+def stop_image_region(plane: ControlPlane, made: ImageRegion) -> None:
+    ident = plane.admin().identity
+    ident.delete_endpoint(made.endpoint_id, ignore_missing=True)
+    ident.delete_region(made.region, ignore_missing=True)
+    procs.stop(made.service)
+    plane.services.remove(made.service)
 
 
 def stop(plane: ControlPlane) -> None:
