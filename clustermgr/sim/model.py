@@ -57,6 +57,23 @@ class SimNode:
         return self.jobs == 0
 
 
+class OrderedNodes(dict[SimNode, None]):
+    """A set of nodes walked in the order they were first added. A set of SimNodes (hashed
+    by address) walks them in an order that moves with whatever the process allocated
+    before, and the order the replay walks changed nodes in reaches the policies (which
+    idle node is stopped first), so the figures did too."""
+
+    def __init__(self, nodes: Iterable[SimNode] = ()):
+        super().__init__(dict.fromkeys(nodes))
+
+    def add(self, node: SimNode) -> None:
+        self[node] = None
+
+    def add_all(self, nodes: Iterable[SimNode]) -> None:
+        for node in nodes:
+            self[node] = None
+
+
 @dataclass(eq=False, slots=True)
 class SimJob:
     index: int  # submit order: the queue's priority

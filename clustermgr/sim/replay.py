@@ -38,7 +38,7 @@ from clustermgr.scaling.clamp import LaunchOrder
 from clustermgr.scaling.decide import decide
 from clustermgr.scaling.observe import NodeRecord, template_views
 from clustermgr.scaling.projection import node_view
-from clustermgr.sim.model import Pool, Shape, SimJob, SimNode, occupy, release
+from clustermgr.sim.model import OrderedNodes, Pool, Shape, SimJob, SimNode, occupy, release
 from clustermgr.sim.results import Outcome, Sample, share
 from clustermgr.sim.scheduler import Timeline, estimated_starts, release_timeline, schedule
 from clustermgr.sim.traces import Trace
@@ -97,7 +97,7 @@ class Replay:
         self._indexed_as: dict[str, tuple[NodeState, str | None]] = {}
         self._free: dict[str, list[str]] = {name: [] for name in self.templates}  # free_slots
         self._nodes = {n.name: n for p in self.pools for n in p.nodes}
-        self._dirty: set[SimNode] = set(self._nodes.values())
+        self._dirty = OrderedNodes(self._nodes.values())  # walked in a fixed order
         self._running: dict[int, RunningJob] = {}
         # the view's pending and running lists, rebuilt only after the queue or the running
         # jobs changed (most cycles are ticks: a long queue copied for nothing)
@@ -275,7 +275,7 @@ class Replay:
         release(job, pool, self.now)
         self._running.pop(job.index, None)
         self._running_now = None
-        self._dirty.update(nodes)
+        self._dirty.add_all(nodes)
         job.end = self.now
         self.outcome.finish(job, pool.cloud, pool.shape)
         if pool.cloud and self.strategy.kind == "bound":
@@ -323,7 +323,7 @@ class Replay:
             elif node.state is NodeState.POWERED_DOWN:
                 self._power_on(node)
         occupy(job, pool, nodes, self.now)
-        self._dirty.update(nodes)
+        self._dirty.add_all(nodes)
         if any(n.state is NodeState.REQUESTED for n in nodes):
             self._requested[job.index] = job  # it starts once its nodes are launched
             return
@@ -340,7 +340,7 @@ class Replay:
         self._running_now = None
         for node in nodes:
             node.jobs_end = max(node.jobs_end or 0.0, estimated_end)
-        self._dirty.update(nodes)  # their jobs' ends changed
+        self._dirty.add_all(nodes)  # their jobs' ends changed
         self._push(job.start + job.run_s, END, job, job.generation)
 
     def _room(self, pool: Pool) -> int:
@@ -419,7 +419,7 @@ class Replay:
     def _evict_job(self, job: SimJob, pool: Pool) -> None:
         if job.start is not None and self.now > job.start:
             job.lost_node_s += (self.now - job.start) * len(job.placed)
-        self._dirty.update(job.placed)
+        self._dirty.add_all(job.placed)
         release(job, pool, self.now)
         self._running.pop(job.index, None)
         self._running_now = None

@@ -216,7 +216,7 @@ def release_timeline(pools: list[Pool], now: float) -> Timeline:
     releases: list[tuple[float, float]] = []
     for pool in pools:
         free += pool.empty_usable(False)  # empty nodes: whole ones free
-        used = {node for job in pool.running.values() for node in job.placed}
+        used = dict.fromkeys(node for job in pool.running.values() for node in job.placed)
         free += sum(node_room(node) for node in used)
         for job in pool.running.values():
             begins = job.start if job.start is not None else now
