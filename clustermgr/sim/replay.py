@@ -84,6 +84,12 @@ class Replay:
             if strategy.kind == "policy"
             else None
         )
+        # Slurm's start estimates (and the head's EASY shadow behind the first) are worked out
+        # only for a chain that may read them: one with a policy that does not say it never
+        # does (`reads_start_estimates = False`); they are most of a long queue's view
+        self.estimates = self.runner is not None and any(
+            getattr(policy, "reads_start_estimates", True) for policy in self.runner.policies
+        )
         self.partition = ",".join(
             dict.fromkeys([ONPREM, *(t.partition for t in self.templates.values())])
         )
@@ -304,7 +310,7 @@ class Replay:
             self.sim.backfill_depth,
             self._room,
             self._start,
-            want_shadow=self.runner is not None,
+            want_shadow=self.estimates,
         )
         if len(self.queue) != queued:  # jobs only leave the queue here
             self._queued_now = None
@@ -516,7 +522,7 @@ class Replay:
         return failed
 
     def _view(self, shadow: float | None) -> ClusterView:
-        if self._dirty or self._timeline is None:  # the running jobs changed with the nodes
+        if self.estimates and (self._dirty or self._timeline is None):  # jobs moved with nodes
             self._timeline = release_timeline(self.pools, self.now)
         for node in self._dirty:
             view = self._views[node.name] = self._node_view(node)
@@ -537,12 +543,8 @@ class Replay:
         self._marked = self.queue[:ESTIMATED_JOBS]
         if self.queue:
             self.queue[0].pending.reason = "Resources"
-        starts = estimated_starts(self.queue, self.pools, self.now, ESTIMATED_JOBS, self._timeline)
-        if starts and shadow is not None:
-            starts[0] = shadow  # the head's EASY reservation is the better estimate
-        for job, start in zip(self.queue, starts, strict=False):
-            if math.isfinite(start):
-                job.pending.estimated_start = self.origin + timedelta(seconds=start)
+        if self.estimates:
+            self._estimate_starts(shadow)
         if self._queued_now is None:
             self._queued_now = [job.pending for job in self.queue]
         if self._running_now is None:
@@ -557,6 +559,15 @@ class Replay:
             burst_index=self._index,
             free_index=self._free,
         )
+
+    def _estimate_starts(self, shadow: float | None) -> None:
+        assert self._timeline is not None
+        starts = estimated_starts(self.queue, self.pools, self.now, ESTIMATED_JOBS, self._timeline)
+        if starts and shadow is not None:
+            starts[0] = shadow  # the head's EASY reservation is the better estimate
+        for job, start in zip(self.queue, starts, strict=False):
+            if math.isfinite(start):
+                job.pending.estimated_start = self.origin + timedelta(seconds=start)
 
     def _index_free(self, view: NodeView) -> None:
         """Keep the template's free slots (`ClusterView.free_slots`) in name order."""

@@ -1,0 +1,125 @@
+"""The fast paths of a long queue's per-cycle loops give the answers the per-job loops give:
+queue_depth's count and the job accounting over random queues (shapes, reasons, submit
+times, holds, arrays, unfit jobs, two templates), the column helpers they use, the replay's
+ordered set of changed nodes and its start estimates left out for chains that never read
+them."""
+
+from __future__ import annotations
+
+import random
+from datetime import timedelta
+
+import pytest
+
+from clustermgr.nodes.states import NodeState
+from clustermgr.policy import ReasonMemo, ScaleDecision
+from clustermgr.policy.queue import all_lack_resources, all_submitted_by, sum_in_order
+from clustermgr.policy.view import ClusterView
+from clustermgr.scaling.accounting import Grouping
+from clustermgr.sim.model import OrderedNodes, Shape, SimNode
+from clustermgr.sim.replay import Replay
+from clustermgr.sim.strategies import strategy
+from clustermgr.workload.base import PendingJob
+from policies.queue_depth import QueueDepth
+from tests.unit.test_policies import NOW, job, template, view
+from tests.unit.test_simulate import job as trace_job
+from tests.unit.test_simulate import settings, trace
+
+REASONS = ["Priority", "Resources", "Dependency", "None", "JobHeldUser"]
+
+
+def random_queue(pick: random.Random, size: int, uniform: bool) -> list[PendingJob]:
+    """A queue of `size` jobs; `uniform`: the kind the fast paths take (a few shapes that
+    fit, lacking resources, submitted before now, no arrays)."""
+    jobs = []
+    for n in range(size):
+        cpus = pick.choice([1, 2, 4, 8] if uniform else [1, 2, 8, 16])
+        kw: dict[str, object] = {
+            "cpus_per_node": cpus,
+            "gpus_per_node": pick.choice([0, 1]),
+            "nodes": pick.choice([1, 1, 2]),
+            "reason": pick.choice(REASONS[:2] if uniform else REASONS),
+            "submit_time": NOW - timedelta(seconds=pick.randint(0 if uniform else -60, 3600)),
+        }
+        if not uniform:
+            kw["array_tasks"] = pick.choice([1, 1, 1, 3])
+            kw["partition"] = pick.choice(["cloud", "cloud", "onprem"])
+        jobs.append(job(f"j{n}", **kw))
+    return jobs
+
+
+def queue_view(pick: random.Random, jobs: list[PendingJob], two_templates: bool) -> ClusterView:
+    templates = {"gpu": template()}
+    if two_templates:  # a cheaper template of its own: small jobs go there
+        templates["small"] = template("small", cpus=2, gpus=1)
+    v = view([], jobs, templates=templates)
+    held = {j.job_id: "held" for j in jobs if pick.random() < 0.1}
+    return v.with_proposed(ScaleDecision(held=held) if held and pick.random() < 0.5 else v.proposed)
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_queue_depth_counts_a_queue_alike_column_wise_and_job_by_job(seed: int) -> None:
+    pick = random.Random(seed)
+    uniform = seed % 2 == 0
+    jobs = random_queue(pick, pick.randint(1, 60), uniform)
+    v = queue_view(pick, jobs, two_templates=seed % 4 == 1)
+    for min_pending_s in (0.0, 600.0):
+        policy = QueueDepth(min_pending_s=min_pending_s)
+        each = policy.count(v, {}, ReasonMemo())
+        fast = policy.count_uniform(v, {}, ReasonMemo())
+        if fast is not None:
+            assert fast == tuple(dict(part) for part in each)
+    if uniform and not v.proposed.held:
+        assert QueueDepth().count_uniform(v, {}, ReasonMemo()) is not None  # the common case
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_the_accounting_groups_a_queue_alike_column_wise_and_job_by_job(seed: int) -> None:
+    pick = random.Random(seed)
+    jobs = random_queue(pick, pick.randint(1, 60), uniform=seed % 2 == 0)
+    v = queue_view(pick, jobs, two_templates=seed % 4 == 1)
+    refused = {"gpu": "refused: protected"} if seed % 5 == 0 else {}
+    each: dict[tuple[str, str], list[str]] = {}
+    fast: dict[tuple[str, str], list[str]] = {}
+    Grouping(v, v.proposed, refused, each).add_each(jobs)
+    if Grouping(v, v.proposed, refused, fast).add_uniform(jobs):
+        assert fast == each and len(fast) == 1
+    else:
+        assert fast == {}
+        assert seed % 2 or seed % 4 == 1 or v.proposed.held  # a uniform queue takes it
+
+
+def test_the_column_helpers_judge_the_whole_queue() -> None:
+    jobs = [job("a", reason="Priority"), job("b", reason="Resources")]
+    assert all_lack_resources(jobs, ReasonMemo())
+    assert not all_lack_resources([*jobs, job("c", reason="Dependency")], ReasonMemo())
+    assert not all_lack_resources([*jobs, job("c", reason="None")], ReasonMemo())  # by comment
+    unknown = job("c", submit_time=None)
+    assert all_submitted_by([*jobs, unknown], NOW, unknown_ok=True)
+    assert not all_submitted_by([*jobs, unknown], NOW, unknown_ok=False)
+    assert not all_submitted_by(jobs, NOW - timedelta(days=365), unknown_ok=True)
+    assert sum_in_order([1, 2, 1], {1: 0.1, 2: 0.7}) == 0.0 + 0.1 + 0.7 + 0.1
+
+
+def test_changed_nodes_are_walked_in_the_order_they_changed() -> None:
+    shape = Shape(8, 0, 1000)
+    nodes = [SimNode(f"n{i}", "cpu", shape, NodeState.POWERED_DOWN) for i in range(50)]
+    changed = OrderedNodes(nodes[10:])
+    changed.add(nodes[3])
+    changed.add_all([nodes[12], nodes[0]])  # n12 is already there: it keeps its place
+    assert [n.name for n in changed] == [f"n{i}" for i in range(10, 50)] + ["n3", "n0"]
+
+
+def test_a_chain_that_never_reads_start_estimates_replays_alike_without_them() -> None:
+    """queue_depth and idle_timeout say they never read Slurm's start estimates, so the
+    replay works none out for them; worked out anyway, the figures are the same."""
+    config = settings()
+    jobs = [trace_job(i, i * 300, 3600 + 60 * i, nodes=1 + i % 3) for i in range(30)]
+    chosen = strategy(config, "default")
+    plain = Replay(config, trace(*jobs), chosen, 2)
+    assert not plain.estimates
+    forced = Replay(config, trace(*jobs), chosen, 2)
+    forced.estimates = True
+    assert plain.run().figures() == forced.run().figures()
+    assert all(j.pending.estimated_start is None for j in plain.jobs)
+    assert Replay(config, trace(*jobs), strategy(config, "onprem_first+queue_depth"), 2).estimates
