@@ -94,6 +94,8 @@ class Replay:
             dict.fromkeys([ONPREM, *(t.partition for t in self.templates.values())])
         )
         self.outcome = Outcome(strategy=strategy.name, onprem_idle_kw=self.sim.onprem_idle_kw)
+        # `bound`'s bill kept beside a replay of its schedule (reactive's): see strategies.py
+        self.bound: Outcome | None = None
         self.queue: list[SimJob] = []
         self.events: list[tuple[float, int, int, object, int]] = []
         self._seq = 0
@@ -284,13 +286,13 @@ class Replay:
         self._dirty.add_all(nodes)
         job.end = self.now
         self.outcome.finish(job, pool.cloud, pool.shape)
-        if pool.cloud and self.strategy.kind == "bound":
-            template = self.templates[pool.name]
-            paid_s = job.run_s * job.nodes * share(job, pool.shape)
-            price = template.hourly_price(nodes[0].market if nodes else None)
-            self.outcome.pay(
-                paid_s, price * paid_s / 3600, self.origin + timedelta(seconds=self.now)
-            )
+        if pool.cloud:
+            for paid_per_job in (
+                self.outcome if self.strategy.kind == "bound" else None,
+                self.bound,
+            ):
+                if paid_per_job is not None:
+                    self._pay_work(paid_per_job, job, pool, nodes)
         if pool.cloud and self.strategy.kind in ("reactive", "bound"):
             for node in nodes:
                 if node.empty:
@@ -300,6 +302,12 @@ class Replay:
             for node in nodes:
                 if node.empty:
                     self._push(self.now + suspend, IDLE, node, node.generation)
+
+    def _pay_work(self, paid: Outcome, job: SimJob, pool: Pool, nodes: list[SimNode]) -> None:
+        """`bound`'s bill: a finished cloud job's work, nothing else."""
+        paid_s = job.run_s * job.nodes * share(job, pool.shape)
+        price = self.templates[pool.name].hourly_price(nodes[0].market if nodes else None)
+        paid.pay(paid_s, price * paid_s / 3600, self.origin + timedelta(seconds=self.now))
 
     def _schedule(self) -> float | None:
         queued = len(self.queue)
@@ -630,6 +638,8 @@ class Replay:
         spent = self.outcome.cost + max(0.0, self._open_rate * self.now - self._open_offset)
         sample = Sample(self.now, self.onprem.busy, len(self._active), len(self.queue), spent)
         self.outcome.timeline.append(sample)
+        if self.bound is not None:  # its bill so far is all it has spent (no node accrues)
+            self.bound.timeline.append(replace(sample, cost=self.bound.cost + 0.0))
 
     def _maybe_tick(self) -> None:
         if self.runner is None or self._next_tick > self.now:

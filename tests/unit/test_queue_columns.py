@@ -7,7 +7,7 @@ them."""
 from __future__ import annotations
 
 import random
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -18,7 +18,7 @@ from clustermgr.policy.view import ClusterView
 from clustermgr.scaling.accounting import Grouping
 from clustermgr.sim.model import OrderedNodes, Shape, SimNode
 from clustermgr.sim.replay import Replay
-from clustermgr.sim.strategies import strategy
+from clustermgr.sim.strategies import reclaims_possible, replay_of, replays, strategies, strategy
 from clustermgr.workload.base import PendingJob
 from policies.queue_depth import QueueDepth
 from tests.unit.test_policies import NOW, job, template, view
@@ -123,3 +123,29 @@ def test_a_chain_that_never_reads_start_estimates_replays_alike_without_them() -
     assert plain.run().figures() == forced.run().figures()
     assert all(j.pending.estimated_start is None for j in plain.jobs)
     assert Replay(config, trace(*jobs), strategy(config, "onprem_first+queue_depth"), 2).estimates
+
+
+@pytest.mark.parametrize("cap", [None, 3])
+def test_reactive_bound_and_clairvoyant_from_one_replay_equal_their_own(cap: int | None) -> None:
+    """The three baselines of one schedule come from one replay: every figure, every sample
+    of the plot and the month's spend are what each strategy's own replay gives."""
+    config = settings(billing={} if cap is None else {"max_instances": cap})
+    jobs = trace(*(trace_job(i, i * 200, 1800 + 97 * i, nodes=1 + i % 4) for i in range(40)))
+    chosen = strategies(config, [], compare=True)
+    together = {s.name: (outcome, took) for s, outcome, took in replays(config, jobs, chosen, 2)}
+    assert list(together) == ["static", "reactive", "bound", "clairvoyant", "default"]
+    assert together["bound"][1] == together["clairvoyant"][1] == 0.0  # paid from reactive's
+    month = datetime(2000, 1, 1, tzinfo=UTC)
+    for name in ("reactive", "bound", "clairvoyant"):
+        alone = replay_of(config, jobs, strategy(config, name), 2).run()
+        shared = together[name][0]
+        assert shared.figures() == alone.figures()
+        assert shared.timeline == alone.timeline and shared.waits == alone.waits
+        assert shared.month_spend(month) == alone.month_spend(month) > 0
+    assert together["bound"][0].cost < together["reactive"][0].cost
+
+
+def test_a_spot_template_gives_each_baseline_its_own_replay() -> None:
+    config = settings(market="spot", spot_reclaim_per_hour=0.5)
+    assert reclaims_possible(config)
+    assert not reclaims_possible(settings(market="spot", spot_reclaim_per_hour=0.0))
