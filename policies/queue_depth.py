@@ -156,7 +156,7 @@ class QueueDepth:
         if not all_submitted_by(pending, young, unknown_ok=self.min_pending_s <= 0):
             return None
         keys = shape_keys(pending)
-        firsts = dict(zip(keys, pending, strict=True))  # a job of each shape (any will do)
+        firsts = {key: pending[keys.index(key)] for key in set(keys)}  # a job of each shape
         for key, job in firsts.items():
             if key not in choices:
                 choices[key] = self.choose_counted(job, view, self.by_price)

@@ -26,6 +26,7 @@ from clustermgr.workload.base import PendingJob
 
 SLURM_HOLDS = ("JobHeld", "Held")
 SLURM_SAYS = "Slurm: "  # a fate whose reason is Slurm's own pending reason
+COMBINATIONS = 64  # (shape, reason, comment) combinations worth judging for a uniform queue
 
 
 def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list[JobFate]:
@@ -108,15 +109,20 @@ class Grouping:
         if not jobs or self.decision.held:
             return False
         keys = shape_keys(jobs)
-        examples = dict(zip(keys, jobs, strict=True))  # a job of each shape
-        fits = {key: fitting(job, self.view) for key, job in examples.items()}
+        fits = {key: fitting(jobs[keys.index(key)], self.view) for key in set(keys)}
         if not all(templates for templates, _ in fits.values()):
             return False
-        kinds = zip(keys, map(REASON, jobs), map(COMMENT, jobs), strict=True)
-        fates = {
-            self.fate(job, *fits[shape])  # a job of each kind: its fate is theirs
-            for (shape, _, _), job in dict(zip(kinds, jobs, strict=True)).items()
-        }
+        # a job's fate follows from its shape's fit, its reason and its comment: a job of
+        # each (reason, comment) the queue holds, judged against each shape's fit, says all
+        reasons, comments = list(map(REASON, jobs)), list(map(COMMENT, jobs))
+        if len(set(comments)) == 1:
+            examples = [jobs[reasons.index(reason)] for reason in set(reasons)]
+        else:
+            pairs = list(zip(reasons, comments, strict=True))
+            examples = [jobs[pairs.index(pair)] for pair in set(pairs)]
+        if len(fits) * len(examples) > COMBINATIONS:
+            return False
+        fates = {self.fate(job, *fit) for fit in fits.values() for job in examples}
         if len(fates) != 1:
             return False
         self.groups.setdefault(fates.pop(), []).extend(map(JOB_ID, jobs))

@@ -33,7 +33,8 @@ from clustermgr.config import Settings
 from clustermgr.core.pricing import BillingRule
 from clustermgr.policy.view import TemplateView
 from clustermgr.sim.model import SimJob
-from clustermgr.sim.replay import ONPREM, Replay, Strategy
+from clustermgr.sim.nodeview import ONPREM
+from clustermgr.sim.replay import Replay, Strategy
 from clustermgr.sim.results import Outcome, Sample, share
 from clustermgr.sim.traces import Trace
 

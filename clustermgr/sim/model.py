@@ -9,12 +9,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 
 from clustermgr.nodes.states import NodeState
 from clustermgr.workload.base import PendingJob, RunningJob
 
 Need = tuple[int, int, int]  # cpus, gpus, memory_mb on one node
+USABLE = (NodeState.UP, NodeState.BOOTING)
 
 
 @dataclass(frozen=True)
@@ -140,12 +141,10 @@ class Pool:
         # a cycle looks at these, never at every powered-down slot
         self.active: dict[SimNode, None] = dict.fromkeys(self.nodes if not cloud else ())
 
-    def usable(self, resumable: bool) -> Iterator[SimNode]:
-        for node in self.active:
-            if node.state in (NodeState.UP, NodeState.BOOTING):
-                yield node
-        if resumable:
-            yield from self.dormant()
+    def usable(self, resumable: bool) -> Iterable[SimNode]:
+        """Nodes a job may take now: up or booting, then (`resumable`) powered-down ones."""
+        now = [node for node in self.active if node.state in USABLE]  # a list: walked at C speed
+        return chain(now, self.dormant()) if resumable else now
 
     def holds(self, job: SimJob, most: int) -> bool:
         """`job` fits this pool's shape and `most` of its nodes (the most it may have)."""

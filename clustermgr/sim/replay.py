@@ -36,20 +36,19 @@ from clustermgr.policy.loader import load_chain
 from clustermgr.policy.view import ClusterView, NodeView, TemplateView, is_free_slot
 from clustermgr.scaling.clamp import LaunchOrder
 from clustermgr.scaling.decide import decide
-from clustermgr.scaling.observe import NodeRecord, template_views
-from clustermgr.scaling.projection import node_view
+from clustermgr.scaling.observe import template_views
 from clustermgr.sim.model import OrderedNodes, Pool, Shape, SimJob, SimNode, occupy, release
+from clustermgr.sim.nodeview import ONPREM, sim_node_view
 from clustermgr.sim.results import Outcome, Sample, share
 from clustermgr.sim.scheduler import Timeline, estimated_starts, release_timeline, schedule
 from clustermgr.sim.traces import Trace
-from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
+from clustermgr.workload.base import PendingJob, RunningJob
 
 ARRIVE, END, BOOTED, RECLAIM, IDLE, TICK = range(6)
 REACTIVE_IDLE_S = 600.0  # Slurm's SuspendTime in the peers' setups
 QUIET_LIMIT_S = 40 * 86400.0  # only ticks left for this long: the rest never starts
 DRAIN_S = 3600.0  # after the last job: time for the policies to stop what is still up
 DEFAULT_ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)
-ONPREM = "onprem"
 ESTIMATED_JOBS = 100  # waiting jobs given a start estimate per cycle (Slurm: bf_max_job_test)
 
 
@@ -533,7 +532,10 @@ class Replay:
         if self.estimates and (self._dirty or self._timeline is None):  # jobs moved with nodes
             self._timeline = release_timeline(self.pools, self.now)
         for node in self._dirty:
-            view = self._views[node.name] = self._node_view(node)
+            template = self.templates.get(node.pool)
+            view = self._views[node.name] = sim_node_view(
+                node, node.pool != ONPREM, template, self.origin
+            )
             if view.kind == "cloud":
                 old = self._indexed_as.get(node.name)
                 if old is not None:
@@ -590,44 +592,6 @@ class Replay:
                 names.insert(at, view.name)
         elif listed:
             del names[at]
-
-    def _node_view(self, node: SimNode) -> NodeView:
-        moment = self._moment
-        cloud = node.pool != ONPREM
-        flags = {"CLOUD"} if cloud else set()
-        if node.state is NodeState.POWERED_DOWN:
-            flags.add("POWERED_DOWN")
-        elif node.state in (NodeState.BOOTING, NodeState.REQUESTED):
-            flags.add("POWERING_UP")
-        state = "IDLE" if node.empty else ("ALLOCATED" if not node.free_cpus else "MIXED")
-        template = self.templates.get(node.pool)
-        slurm = WorkloadNode(
-            name=node.name,
-            state=state,
-            flags=frozenset(flags),
-            cpus=node.shape.cpus,
-            memory_mb=node.shape.memory_mb,
-            gpus=node.shape.gpus,
-            gpu_model=template.gpu_model if template else None,
-            partitions=(template.partition if template else ONPREM,),
-        )
-        active = node.launched_at is not None
-        record = NodeRecord(
-            name=node.name,
-            kind="cloud" if cloud else "onprem",
-            state=node.state,
-            template=node.pool if cloud else None,
-            provider=template.provider if template else None,
-            instance_id=f"sim-{node.name}-{node.generation}" if active else None,
-            instance_type=template.instance_types[0] if template and active else None,
-            market=node.market,
-            launched_at=moment(node.launched_at),
-        )
-        idle_since = moment(node.idle_since) if node.empty else None
-        return node_view(record, slurm, moment(node.jobs_end), idle_since)
-
-    def _moment(self, at: float | None) -> datetime | None:
-        return None if at is None else self.origin + timedelta(seconds=at)
 
     # --- bookkeeping ----------------------------------------------------------------------
 
