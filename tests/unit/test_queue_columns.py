@@ -16,7 +16,7 @@ from clustermgr.policy import ReasonMemo, ScaleDecision
 from clustermgr.policy.queue import all_lack_resources, all_submitted_by, sum_in_order
 from clustermgr.policy.view import ClusterView
 from clustermgr.scaling.accounting import Grouping
-from clustermgr.sim.model import OrderedNodes, Shape, SimNode
+from clustermgr.sim.model import OrderedNodes, Pool, Shape, SimJob, SimNode, occupy, release
 from clustermgr.sim.replay import Replay
 from clustermgr.sim.strategies import reclaims_possible, replay_of, replays, strategies, strategy
 from clustermgr.workload.base import PendingJob
@@ -149,3 +149,39 @@ def test_a_spot_template_gives_each_baseline_its_own_replay() -> None:
     config = settings(market="spot", spot_reclaim_per_hour=0.5)
     assert reclaims_possible(config)
     assert not reclaims_possible(settings(market="spot", spot_reclaim_per_hour=0.0))
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_pools_running_jobs_by_end_are_those_a_stable_sort_gives(seed: int) -> None:
+    """The reservation's order of running jobs, kept as jobs are placed, begin and leave,
+    is a stable sort of the pool's running jobs by estimated end, ties in placement order
+    (ends repeat: time limits are round numbers)."""
+    pick = random.Random(seed)
+    shape = Shape(8, 0, 1000)
+    pool = Pool(
+        "cpu", shape, [SimNode(f"n{i}", "cpu", shape, NodeState.UP) for i in range(4)], False
+    )
+    jobs = [
+        SimJob(i, f"j{i}", 0.0, 1, 1, 0, 0, pick.choice([600.0, 1200.0]), 60.0, "u", None)  # type: ignore[arg-type]
+        for i in range(60)
+    ]
+    running: list[SimJob] = []
+    for step in range(400):
+        now = float(step * 10)
+        waiting = [j for j in jobs if j not in running]
+        if waiting and (not running or pick.random() < 0.55):
+            job = pick.choice(waiting)
+            job.start = None
+            occupy(job, pool, [pick.choice(pool.nodes)], now)
+            if pick.random() < 0.9:
+                job.start = now + pick.choice([0.0, 300.0])  # begun (after a boot, maybe)
+            running.append(job)
+        elif running:
+            job = pick.choice(running)
+            release(job, pool, now)
+            running.remove(job)
+        if pick.random() < 0.3:  # a job placed earlier begins now
+            for job in running:
+                job.start = job.start or now
+        expected = sorted(pool.running.values(), key=lambda j: (j.start or now) + j.estimate_s)
+        assert pool.by_end(now) == expected
