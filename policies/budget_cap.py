@@ -18,6 +18,7 @@ class BudgetCap:
     """
 
     name = "budget_cap"
+    reads_start_estimates = False  # the simulator need not work them out for it
 
     def __init__(
         self,

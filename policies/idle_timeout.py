@@ -43,6 +43,7 @@ class IdleTimeout:
     """
 
     name = "idle_timeout"
+    reads_start_estimates = False  # the simulator need not work them out for it
 
     def __init__(self, minutes: float | None = None, margin_s: float = 120.0):
         self.limit = None if minutes is None else timedelta(minutes=float(minutes))

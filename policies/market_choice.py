@@ -43,6 +43,7 @@ class MarketPerJob:
     """
 
     name = "market_choice"
+    reads_start_estimates = False  # the simulator need not work them out for it
 
     def __init__(self, reclaim_per_hour: float = 0.01, default_job_hours: float = 1.0):
         if reclaim_per_hour < 0:

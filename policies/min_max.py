@@ -15,6 +15,7 @@ class MinMax:
     """
 
     name = "min_max"
+    reads_start_estimates = False  # the simulator need not work them out for it
 
     def __init__(self, template: str, min: int = 0, max: int | None = None):
         self.template = template

@@ -6,6 +6,7 @@ import math
 from collections import defaultdict
 from dataclasses import replace
 from datetime import timedelta
+from itertools import compress
 
 from clustermgr.policy import (
     ClusterView,
@@ -15,14 +16,23 @@ from clustermgr.policy import (
     ReasonMemo,
     ScaleDecision,
     TemplateView,
+    all_lack_resources,
+    all_submitted_by,
     copies_per_node,
+    job_ids,
+    no_arrays,
     nodes_on,
     serving_templates,
     shape_key,
+    shape_keys,
+    sum_in_order,
     why_not,
 )
 
 ORDERS = ("price", "config")
+Choices = dict[int, tuple[TemplateView | None, str, int, int]]
+# per template: nodes needed, job ids in queue order; unfit job -> why; template -> why chosen
+Counted = tuple[dict[str, float], dict[str, list[str]], dict[str, str], dict[str, str]]
 
 
 def job_price(job: PendingJob, template: TemplateView) -> float:
@@ -63,6 +73,7 @@ class QueueDepth:
     """
 
     name = "queue_depth"
+    reads_start_estimates = False  # the simulator need not work them out for it
 
     def __init__(self, min_pending_s: float = 0.0, template_order: str = "price"):
         if template_order not in ORDERS:
@@ -72,14 +83,35 @@ class QueueDepth:
 
     def decide(self, view: ClusterView) -> ScaleDecision:
         decision = view.proposed
+        choices: Choices = {}  # by the shape's number: an int hashes cheaper than a tuple
+        reasons = ReasonMemo()
+        counted = self.count_uniform(view, choices, reasons) or self.count(view, choices, reasons)
+        slots, jobs, unfit, why_chosen = counted
+        launches = []
+        for name, needed in sorted(slots.items()):
+            coming = view.coming_unclaimed(name)
+            idle = sum(1 for n in view.burst_nodes(NodeState.UP, name) if n.idle)
+            count = math.ceil(needed - 1e-9) - coming - idle - decision.launching(name)
+            if count > 0:
+                launches.append(
+                    Launch(
+                        template=name,
+                        count=count,
+                        reason=f"queue_depth: {len(jobs[name])} pending jobs need "
+                        f"{math.ceil(needed)} nodes, {coming} coming, {idle} idle"
+                        + why_chosen.get(name, ""),
+                        jobs=tuple(jobs[name]),
+                    )
+                )
+        return replace(decision.add(*launches), unfit={**decision.unfit, **unfit})
+
+    def count(self, view: ClusterView, choices: Choices, reasons: ReasonMemo) -> Counted:
+        """Per template, the nodes the counted jobs need and their ids in queue order; the
+        jobs that fit no template, with why; why each template was chosen."""
         slots: dict[str, float] = defaultdict(float)
         jobs: dict[str, list[str]] = defaultdict(list)
         unfit: dict[str, str] = {}
-        # many jobs share a shape: decide the fit once, with the nodes a task takes (keyed
-        # by the shape's number: an int hashes cheaper than the shape's tuple)
-        choices: dict[int, tuple[TemplateView | None, str, int, int]] = {}
-        held = decision.held
-        reasons = ReasonMemo()
+        held = view.proposed.held
         why_chosen: dict[str, str] = {}  # template -> "; cheapest fit: ..." (its first job's)
         # submitted after this: younger than min_pending_s (a job with no submit time is 0 s old)
         young = view.now - timedelta(seconds=self.min_pending_s)
@@ -106,23 +138,49 @@ class QueueDepth:
                 continue
             slots[template.name] += nodes * job.array_tasks / copies  # as nodes_for counts
             jobs[template.name].append(job.job_id)
-        launches = []
-        for name, needed in sorted(slots.items()):
-            coming = view.coming_unclaimed(name)
-            idle = sum(1 for n in view.burst_nodes(NodeState.UP, name) if n.idle)
-            count = math.ceil(needed - 1e-9) - coming - idle - decision.launching(name)
-            if count > 0:
-                launches.append(
-                    Launch(
-                        template=name,
-                        count=count,
-                        reason=f"queue_depth: {len(jobs[name])} pending jobs need "
-                        f"{math.ceil(needed)} nodes, {coming} coming, {idle} idle"
-                        + why_chosen.get(name, ""),
-                        jobs=tuple(jobs[name]),
-                    )
-                )
-        return replace(decision.add(*launches), unfit={**decision.unfit, **unfit})
+        return slots, jobs, unfit, why_chosen
+
+    def count_uniform(
+        self, view: ClusterView, choices: Choices, reasons: ReasonMemo
+    ) -> Counted | None:
+        """`count`'s answer when every pending job counts (none held or an array, each
+        lacking resources and old enough) and every shape fits one and the same template,
+        worked out per shape with C-level passes over the queue; None when the queue is not
+        like that (then `count` walks it)."""
+        pending = view.pending
+        young = view.now - timedelta(seconds=self.min_pending_s)
+        if not pending or view.proposed.held or not no_arrays(pending):
+            return None
+        if not all_lack_resources(pending, reasons):
+            return None
+        if not all_submitted_by(pending, young, unknown_ok=self.min_pending_s <= 0):
+            return None
+        keys = shape_keys(pending)
+        firsts = {key: pending[keys.index(key)] for key in set(keys)}  # a job of each shape
+        for key, job in firsts.items():
+            if key not in choices:
+                choices[key] = self.choose_counted(job, view, self.by_price)
+        if any(choices[key][1] for key in firsts):
+            return None  # some jobs fit no template: each is named in `unfit`
+        chosen = {t.name: t for key in firsts if (t := choices[key][0]) is not None}
+        if not chosen:
+            return {}, {}, {}, {}
+        if len(chosen) > 1:
+            return None
+        (template,) = chosen.values()
+        nodes = {key: choices[key][2] / choices[key][3] for key in firsts if choices[key][0]}
+        ids, first = job_ids(pending), pending[0]
+        if len(nodes) < len(firsts):  # shapes that are not a cloud's business: not counted
+            served = list(map(nodes.__contains__, keys))
+            first = pending[served.index(True)]
+            keys, ids = list(compress(keys, served)), list(compress(ids, served))
+        why = self.why_chosen(first, template, view, self.by_price)
+        return (
+            {template.name: sum_in_order(keys, nodes)},
+            {template.name: ids},
+            {},
+            {template.name: why},
+        )
 
     @staticmethod
     def choose_counted(

@@ -14,6 +14,7 @@ class SpotFallback:
     last `remember_min` minutes or the jobs launched for waited `wait_min` or more."""
 
     name = "spot_fallback"
+    reads_start_estimates = False  # the simulator need not work them out for it
 
     def __init__(self, wait_min: float = 10.0, remember_min: float = 30.0):
         self.wait = timedelta(minutes=float(wait_min))

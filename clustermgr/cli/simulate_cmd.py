@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +89,8 @@ def simulate(
     from clustermgr.config import load_settings
     from clustermgr.sim.clairvoyant import waste_captured
     from clustermgr.sim.plot import PlotRun, check_target, write_plot
-    from clustermgr.sim.strategies import replay_of, strategies
+    from clustermgr.sim.replay import Strategy
+    from clustermgr.sim.strategies import replays, strategies
     from clustermgr.sim.traces import read_trace, rejected_by_reason
 
     settings = load_settings(config_file) if config_file else app.settings()
@@ -115,13 +115,14 @@ def simulate(
         nodes = settings.simulate.onprem_nodes or max(job.nodes for job in trace.jobs)
     runs = []
     drawn = []
-    for strategy in chosen:
-        started = time.monotonic()
+
+    def starting(strategy: Strategy) -> None:
         if sys.stderr.isatty() and not as_json:
             click.echo(f"replaying {len(trace.jobs):,} jobs: {strategy.name} ...", err=True)
-        outcome = replay_of(settings, trace, strategy, nodes, scale_time).run()
+
+    for _, outcome, took in replays(settings, trace, chosen, nodes, scale_time, starting):
         figures = outcome.figures()
-        runs.append((figures, outcome.timeline, time.monotonic() - started))
+        runs.append((figures, outcome.timeline, took))
         if plot_path is not None:
             drawn.append(PlotRun(figures, outcome.timeline, outcome.waits))
     facts = {

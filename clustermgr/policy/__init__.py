@@ -25,6 +25,14 @@ from clustermgr.policy.fit import (
     shape_key,
     why_not,
 )
+from clustermgr.policy.queue import (
+    all_lack_resources,
+    all_submitted_by,
+    job_ids,
+    no_arrays,
+    shape_keys,
+    sum_in_order,
+)
 from clustermgr.policy.view import ClusterView, LaunchFailure, NodeView, TemplateView
 from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
 from clustermgr.workload.history import RunEstimate, RunHistory
@@ -50,13 +58,19 @@ __all__ = [
     "Stop",
     "TemplateView",
     "WorkloadNode",
+    "all_lack_resources",
+    "all_submitted_by",
     "copies_per_node",
+    "job_ids",
     "job_shape",
     "lacks_resources",
+    "no_arrays",
     "nodes_for",
     "nodes_on",
     "required_features",
     "serving_templates",
     "shape_key",
+    "shape_keys",
+    "sum_in_order",
     "why_not",
 ]

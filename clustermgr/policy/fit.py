@@ -32,10 +32,15 @@ def lacks_resources(job: PendingJob) -> bool:
     that verdict was written: the write itself cleared Slurm's reason, which stays None
     until Slurm judges the job again (that may take long while every node it could use is
     held), and a job cm-scale gave a verdict of its own was waiting for nodes."""
-    reason = job.reason.replace(" ", "_")
-    if reason == "None" and job.comment.startswith(HOLD_PREFIX):
+    if job.reason == "None" and job.comment.startswith(HOLD_PREFIX):
         return True
-    return reason.startswith(RESOURCE_PREFIXES)
+    return reason_lacks_resources(job.reason)
+
+
+def reason_lacks_resources(reason: str) -> bool:
+    """Whether a pending reason (any but "None", see `lacks_resources`) means not enough
+    nodes."""
+    return reason.replace(" ", "_").startswith(RESOURCE_PREFIXES)
 
 
 RESOURCE_PREFIXES = tuple(sorted(RESOURCE_REASONS))
@@ -55,6 +60,13 @@ class ReasonMemo:
             known = lacks_resources(job)
             if job.reason != "None":
                 self.known[job.reason] = known
+        return known
+
+    def lacks_resources_of(self, reason: str) -> bool:
+        """For a reason other than "None" (that one depends on each job's comment)."""
+        known = self.known.get(reason)
+        if known is None:
+            known = self.known[reason] = reason_lacks_resources(reason)
         return known
 
 

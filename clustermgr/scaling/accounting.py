@@ -11,15 +11,22 @@ reason) so `policy dry-run` prints a line per group, not per job.
 
 from __future__ import annotations
 
-from clustermgr.core.hostlists import compress
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import compress
+from operator import not_
+
+from clustermgr.core.hostlists import compress as compress_hosts
 from clustermgr.policy.decision import ScaleDecision
 from clustermgr.policy.fit import lacks_resources, serving_templates, shape_key, why_not
+from clustermgr.policy.queue import COMMENT, JOB_ID, REASON, no_arrays, shape_keys
 from clustermgr.policy.view import ClusterView, TemplateView
 from clustermgr.scaling.clamp import JobFate, Plan
 from clustermgr.workload.base import PendingJob
 
 SLURM_HOLDS = ("JobHeld", "Held")
 SLURM_SAYS = "Slurm: "  # a fate whose reason is Slurm's own pending reason
+COMBINATIONS = 64  # (shape, reason, comment) combinations worth judging for a uniform queue
 
 
 def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list[JobFate]:
@@ -29,7 +36,9 @@ def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list
     accounted: set[str] = set()
     for order in plan.launches:
         served = [job for job in order.jobs if job not in accounted]
-        reason = f"waiting for {order.template} nodes {compress(order.nodes)}, launched for it"
+        reason = (
+            f"waiting for {order.template} nodes {compress_hosts(order.nodes)}, launched for it"
+        )
         groups.setdefault(("served", reason), []).extend(served)
         accounted.update(served)
     for refusal in plan.refusals:
@@ -37,33 +46,11 @@ def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list
         groups.setdefault(("refused", refusal.reason), []).extend(refused)
         accounted.update(refused)
     refused_templates = {r.template: r.reason for r in plan.refusals if not r.jobs}
-    fits: dict[int, tuple[list[TemplateView], str]] = {}  # by shape_key
-    # a fitting job's fate follows from its shape, its Slurm reason and comment, unless a
-    # policy held it: decided once per such kind of job (its group found once), not per job
-    kinds: dict[tuple[int, str, str], list[str]] = {}
-    held = decision.held
-    for job in view.pending:
-        if accounted and job.job_id in accounted:
-            continue
-        shape = job.shape_key or shape_key(job)
-        fit = fits.get(shape)
-        if fit is None:
-            fit = fits[shape] = fitting(job, view)
-        templates, why = fit
-        if not templates and not why:
-            key = ("other", f"no template serves partition {job.partition}: Slurm's own nodes")
-        elif not templates or (held and job.job_id in held):
-            key = fate(job, templates, why, decision, refused_templates)
-        else:
-            kind = (shape, job.reason, job.comment)
-            group = kinds.get(kind)
-            if group is None:
-                key = fate(job, templates, why, decision, refused_templates)
-                group = kinds[kind] = groups.setdefault(key, [])
-            group.append(job.job_id)
-            continue
-        groups.setdefault(key, []).append(job.job_id)
-    arrays = {job.job_id: job.array_tasks for job in view.pending if job.array_tasks > 1}
+    rest = view.pending
+    if accounted:
+        rest = list(compress(rest, map(not_, map(accounted.__contains__, map(JOB_ID, rest)))))
+    Grouping(view, decision, refused_templates, groups).add(rest)
+    arrays = {} if no_arrays(view.pending) else {j.job_id: j.array_tasks for j in view.pending}
     return [
         JobFate(
             status,
@@ -74,6 +61,75 @@ def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list
         for (status, reason), jobs in groups.items()
         if jobs
     ]
+
+
+@dataclass
+class Grouping:
+    """Pending jobs (none served or refused by name) into groups by fate, in queue order."""
+
+    view: ClusterView
+    decision: ScaleDecision
+    refused_templates: dict[str, str]  # template -> why, for refusals naming no job
+    groups: dict[tuple[str, str], list[str]]  # (status, reason) -> job ids
+
+    def add(self, jobs: Sequence[PendingJob]) -> None:
+        if not self.add_uniform(jobs):
+            self.add_each(jobs)
+
+    def add_each(self, jobs: Sequence[PendingJob]) -> None:
+        fits: dict[int, tuple[list[TemplateView], str]] = {}  # by shape_key
+        # a fitting job's fate follows from its shape, its Slurm reason and comment, unless
+        # a policy held it: decided once per such kind of job (its group found once)
+        kinds: dict[tuple[int, str, str], list[str]] = {}
+        held, groups = self.decision.held, self.groups
+        for job in jobs:
+            shape = job.shape_key or shape_key(job)
+            fit = fits.get(shape)
+            if fit is None:
+                fit = fits[shape] = fitting(job, self.view)
+            templates, why = fit
+            if not templates and not why:
+                key = ("other", f"no template serves partition {job.partition}: Slurm's own nodes")
+            elif not templates or (held and job.job_id in held):
+                key = self.fate(job, templates, why)
+            else:
+                kind = (shape, job.reason, job.comment)
+                group = kinds.get(kind)
+                if group is None:
+                    group = kinds[kind] = groups.setdefault(self.fate(job, templates, why), [])
+                group.append(job.job_id)
+                continue
+            groups.setdefault(key, []).append(job.job_id)
+
+    def add_uniform(self, jobs: Sequence[PendingJob]) -> bool:
+        """`add_each`'s work when no job is held and every kind of job (shape, reason,
+        comment) fits a template and has the same fate: all of `jobs` join that one group,
+        in queue order, found with C-level passes over the queue. False when the queue is
+        not like that (nothing is added then)."""
+        if not jobs or self.decision.held:
+            return False
+        keys = shape_keys(jobs)
+        fits = {key: fitting(jobs[keys.index(key)], self.view) for key in set(keys)}
+        if not all(templates for templates, _ in fits.values()):
+            return False
+        # a job's fate follows from its shape's fit, its reason and its comment: a job of
+        # each (reason, comment) the queue holds, judged against each shape's fit, says all
+        reasons, comments = list(map(REASON, jobs)), list(map(COMMENT, jobs))
+        if len(set(comments)) == 1:
+            examples = [jobs[reasons.index(reason)] for reason in set(reasons)]
+        else:
+            pairs = list(zip(reasons, comments, strict=True))
+            examples = [jobs[pairs.index(pair)] for pair in set(pairs)]
+        if len(fits) * len(examples) > COMBINATIONS:
+            return False
+        fates = {self.fate(job, *fit) for fit in fits.values() for job in examples}
+        if len(fates) != 1:
+            return False
+        self.groups.setdefault(fates.pop(), []).extend(map(JOB_ID, jobs))
+        return True
+
+    def fate(self, job: PendingJob, templates: list[TemplateView], why: str) -> tuple[str, str]:
+        return fate(job, templates, why, self.decision, self.refused_templates)
 
 
 def fitting(job: PendingJob, view: ClusterView) -> tuple[list[TemplateView], str]:

@@ -33,8 +33,9 @@ from clustermgr.config import Settings
 from clustermgr.core.pricing import BillingRule
 from clustermgr.policy.view import TemplateView
 from clustermgr.sim.model import SimJob
-from clustermgr.sim.replay import ONPREM, Replay, Strategy
-from clustermgr.sim.results import Sample, share
+from clustermgr.sim.nodeview import ONPREM
+from clustermgr.sim.replay import Replay, Strategy
+from clustermgr.sim.results import Outcome, Sample, share
 from clustermgr.sim.traces import Trace
 
 EXPONENT_CAP = 50.0  # e^50 reclaims: spot is out of the question for such a job
@@ -214,6 +215,7 @@ class ClairvoyantReplay(Replay):
         )
         self.spans: dict[str, list[Busy]] = {}
         self.rework: list[tuple[float, float, float]] = []  # (at, node-seconds, $) per spot job
+        self.reactive: Outcome | None = None  # reactive's outcome, once run
 
     def _end(self, job: SimJob) -> None:
         pool = job.pool
@@ -229,6 +231,10 @@ class ClairvoyantReplay(Replay):
 
     def _finish(self) -> None:
         super()._finish()  # reactive's nodes stopped and (reactive's way) paid: redone below
+        # reactive's own outcome, kept before the bill is redone (`strategies.replays`)
+        self.reactive = replace(
+            self.outcome, strategy="reactive", _month_cost=dict(self.outcome._month_cost)
+        )
         runs = [run for spans in self.spans.values() for run in optimal_runs(merge(spans))]
         paid = self.outcome
         paid.clear_bill()

@@ -7,14 +7,16 @@ and a shared-node job (a GPU pod) needs its own CPUs/GPUs/memory.
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from itertools import islice
+from itertools import chain, islice
 
 from clustermgr.nodes.states import NodeState
 from clustermgr.workload.base import PendingJob, RunningJob
 
 Need = tuple[int, int, int]  # cpus, gpus, memory_mb on one node
+USABLE = (NodeState.UP, NodeState.BOOTING)
 
 
 @dataclass(frozen=True)
@@ -57,6 +59,23 @@ class SimNode:
         return self.jobs == 0
 
 
+class OrderedNodes(dict[SimNode, None]):
+    """A set of nodes walked in the order they were first added. A set of SimNodes (hashed
+    by address) walks them in an order that moves with whatever the process allocated
+    before, and the order the replay walks changed nodes in reaches the policies (which
+    idle node is stopped first), so the figures did too."""
+
+    def __init__(self, nodes: Iterable[SimNode] = ()):
+        super().__init__(dict.fromkeys(nodes))
+
+    def add(self, node: SimNode) -> None:
+        self[node] = None
+
+    def add_all(self, nodes: Iterable[SimNode]) -> None:
+        for node in nodes:
+            self[node] = None
+
+
 @dataclass(eq=False, slots=True)
 class SimJob:
     index: int  # submit order: the queue's priority
@@ -82,6 +101,8 @@ class SimJob:
     generation: int = 0  # bumped when requeued: its old END event is ignored
     shares_on: Shape | None = None  # the node shape `shares` was worked out for
     shares: float = 0.0  # nodes x its share of one node of that shape (scheduler.node_shares)
+    placement: int = 0  # its pool's count of placements when it was placed (EndOrder)
+    end_key: tuple[float, int] = (0.0, 0)  # its place in the pool's EndOrder
 
     @property
     def estimate_s(self) -> float:
@@ -96,6 +117,43 @@ class SimJob:
     def fits_shape(self, shape: Shape) -> bool:
         need = self.need_on(shape)
         return need[0] <= shape.cpus and need[1] <= shape.gpus and need[2] <= shape.memory_mb
+
+
+class EndOrder:
+    """A pool's running jobs by estimated end (EASY's reservation walks them), kept as jobs
+    are placed and leave instead of sorted again after each: a placed job joins the order
+    once it has begun (its end is known then); ties keep the order jobs were placed in, as
+    a stable sort of the pool's running jobs does."""
+
+    def __init__(self) -> None:
+        self.keys: list[tuple[float, int]] = []  # (estimated end, placement number)
+        self.jobs: list[SimJob] = []  # in the order of `keys`
+        self.new: dict[SimJob, None] = {}  # placed since, not in the order yet
+        self.placements = 0
+
+    def placed(self, job: SimJob) -> None:
+        self.placements += 1
+        job.placement = self.placements
+        self.new[job] = None
+
+    def left(self, job: SimJob) -> None:
+        if job in self.new:  # it never joined the order
+            del self.new[job]
+            return
+        at = bisect_left(self.keys, job.end_key)
+        del self.keys[at], self.jobs[at]
+
+    def ordered(self, running: dict[int, SimJob], now: float) -> list[SimJob]:
+        if self.new:
+            if not all(job.start for job in self.new):  # one's start waits: it ends from now
+                return sorted(running.values(), key=lambda j: (j.start or now) + j.estimate_s)
+            for job in self.new:
+                job.end_key = ((job.start or now) + job.estimate_s, job.placement)
+                at = bisect_left(self.keys, job.end_key)
+                self.keys.insert(at, job.end_key)
+                self.jobs.insert(at, job)
+            self.new.clear()
+        return self.jobs
 
 
 class Pool:
@@ -118,17 +176,15 @@ class Pool:
         self.nodes = list(nodes)
         self.running: dict[int, SimJob] = {}  # job index -> job placed here
         self.busy = 0  # nodes running at least one job
-        self._by_end: list[SimJob] | None = None  # `by_end`'s order while it holds
+        self.ends = EndOrder()  # the running jobs by estimated end (`by_end`)
         # nodes that exist now (all on-prem ones; launched cloud ones), in launch order:
         # a cycle looks at these, never at every powered-down slot
         self.active: dict[SimNode, None] = dict.fromkeys(self.nodes if not cloud else ())
 
-    def usable(self, resumable: bool) -> Iterator[SimNode]:
-        for node in self.active:
-            if node.state in (NodeState.UP, NodeState.BOOTING):
-                yield node
-        if resumable:
-            yield from self.dormant()
+    def usable(self, resumable: bool) -> Iterable[SimNode]:
+        """Nodes a job may take now: up or booting, then (`resumable`) powered-down ones."""
+        now = [node for node in self.active if node.state in USABLE]  # a list: walked at C speed
+        return chain(now, self.dormant()) if resumable else now
 
     def holds(self, job: SimJob, most: int) -> bool:
         """`job` fits this pool's shape and `most` of its nodes (the most it may have)."""
@@ -206,15 +262,9 @@ class Pool:
         return float("inf"), set()
 
     def by_end(self, now: float) -> list[SimJob]:
-        """The running jobs by estimated end (a job not begun yet counts from `now`). Kept
-        until a job is placed here or leaves, unless it holds such a job (then its order
-        moves with `now`)."""
-        if self._by_end is not None:
-            return self._by_end
-        ordered = sorted(self.running.values(), key=lambda j: (j.start or now) + j.estimate_s)
-        if all(job.start for job in ordered):
-            self._by_end = ordered
-        return ordered
+        """The running jobs by estimated end, ties in the order they were placed (a job not
+        begun yet counts from `now`)."""
+        return self.ends.ordered(self.running, now)
 
     def empty_usable(self, resumable: bool) -> int:
         if not self.cloud:  # on-prem nodes on are all up or booting: count, do not look
@@ -238,7 +288,7 @@ def occupy(job: SimJob, pool: Pool, nodes: list[SimNode], now: float) -> None:
         node.jobs += 1
         node.idle_since = None
     pool.running[job.index] = job
-    pool._by_end = None
+    pool.ends.placed(job)
 
 
 def release(job: SimJob, pool: Pool, now: float) -> None:
@@ -250,6 +300,6 @@ def release(job: SimJob, pool: Pool, now: float) -> None:
         if node.jobs == 0:
             node.idle_since = now
             pool.busy -= 1
-    pool.running.pop(job.index, None)
-    pool._by_end = None
+    if pool.running.pop(job.index, None) is not None:
+        pool.ends.left(job)
     job.placed = []

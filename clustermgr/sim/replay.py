@@ -37,13 +37,13 @@ from clustermgr.policy.loader import load_chain
 from clustermgr.policy.view import ClusterView, NodeView, TemplateView, is_free_slot
 from clustermgr.scaling.clamp import LaunchOrder
 from clustermgr.scaling.decide import decide
-from clustermgr.scaling.observe import NodeRecord, template_views
-from clustermgr.scaling.projection import node_view
-from clustermgr.sim.model import Pool, Shape, SimJob, SimNode, occupy, release
+from clustermgr.scaling.observe import template_views
+from clustermgr.sim.model import OrderedNodes, Pool, Shape, SimJob, SimNode, occupy, release
+from clustermgr.sim.nodeview import ONPREM, sim_node_view
 from clustermgr.sim.results import Outcome, Sample, share
 from clustermgr.sim.scheduler import Timeline, estimated_starts, release_timeline, schedule
 from clustermgr.sim.traces import Trace
-from clustermgr.workload.base import PendingJob, RunningJob, WorkloadNode
+from clustermgr.workload.base import PendingJob, RunningJob
 from clustermgr.workload.history import RunHistory
 
 ARRIVE, END, BOOTED, RECLAIM, IDLE, TICK = range(6)
@@ -51,7 +51,6 @@ REACTIVE_IDLE_S = 600.0  # Slurm's SuspendTime in the peers' setups
 QUIET_LIMIT_S = 40 * 86400.0  # only ticks left for this long: the rest never starts
 DRAIN_S = 3600.0  # after the last job: time for the policies to stop what is still up
 DEFAULT_ORIGIN = datetime(2000, 1, 1, tzinfo=UTC)
-ONPREM = "onprem"
 ESTIMATED_JOBS = 100  # waiting jobs given a start estimate per cycle (Slurm: bf_max_job_test)
 
 
@@ -86,10 +85,18 @@ class Replay:
             if strategy.kind == "policy"
             else None
         )
+        # Slurm's start estimates (and the head's EASY shadow behind the first) are worked out
+        # only for a chain that may read them: one with a policy that does not say it never
+        # does (`reads_start_estimates = False`); they are most of a long queue's view
+        self.estimates = self.runner is not None and any(
+            getattr(policy, "reads_start_estimates", True) for policy in self.runner.policies
+        )
         self.partition = ",".join(
             dict.fromkeys([ONPREM, *(t.partition for t in self.templates.values())])
         )
         self.outcome = Outcome(strategy=strategy.name, onprem_idle_kw=self.sim.onprem_idle_kw)
+        # `bound`'s bill kept beside a replay of its schedule (reactive's): see strategies.py
+        self.bound: Outcome | None = None
         self.queue: list[SimJob] = []
         self.events: list[tuple[float, int, int, object, int]] = []
         self._seq = 0
@@ -99,7 +106,7 @@ class Replay:
         self._indexed_as: dict[str, tuple[NodeState, str | None]] = {}
         self._free: dict[str, list[str]] = {name: [] for name in self.templates}  # free_slots
         self._nodes = {n.name: n for p in self.pools for n in p.nodes}
-        self._dirty: set[SimNode] = set(self._nodes.values())
+        self._dirty = OrderedNodes(self._nodes.values())  # walked in a fixed order
         self._running: dict[int, RunningJob] = {}
         # the view's pending and running lists, rebuilt only after the queue or the running
         # jobs changed (most cycles are ticks: a long queue copied for nothing)
@@ -278,18 +285,18 @@ class Replay:
         release(job, pool, self.now)
         self._running.pop(job.index, None)
         self._running_now = None
-        self._dirty.update(nodes)
+        self._dirty.add_all(nodes)
         job.end = self.now
         self.outcome.finish(job, pool.cloud, pool.shape)
         if job.requested_s:
             self.history.record(job.user, job_shape(job.pending), job.requested_s, job.run_s)
-        if pool.cloud and self.strategy.kind == "bound":
-            template = self.templates[pool.name]
-            paid_s = job.run_s * job.nodes * share(job, pool.shape)
-            price = template.hourly_price(nodes[0].market if nodes else None)
-            self.outcome.pay(
-                paid_s, price * paid_s / 3600, self.origin + timedelta(seconds=self.now)
-            )
+        if pool.cloud:
+            for paid_per_job in (
+                self.outcome if self.strategy.kind == "bound" else None,
+                self.bound,
+            ):
+                if paid_per_job is not None:
+                    self._pay_work(paid_per_job, job, pool, nodes)
         if pool.cloud and self.strategy.kind in ("reactive", "bound"):
             for node in nodes:
                 if node.empty:
@@ -300,6 +307,12 @@ class Replay:
                 if node.empty:
                     self._push(self.now + suspend, IDLE, node, node.generation)
 
+    def _pay_work(self, paid: Outcome, job: SimJob, pool: Pool, nodes: list[SimNode]) -> None:
+        """`bound`'s bill: a finished cloud job's work, nothing else."""
+        paid_s = job.run_s * job.nodes * share(job, pool.shape)
+        price = self.templates[pool.name].hourly_price(nodes[0].market if nodes else None)
+        paid.pay(paid_s, price * paid_s / 3600, self.origin + timedelta(seconds=self.now))
+
     def _schedule(self) -> float | None:
         queued = len(self.queue)
         shadow = schedule(
@@ -309,7 +322,7 @@ class Replay:
             self.sim.backfill_depth,
             self._room,
             self._start,
-            want_shadow=self.runner is not None,
+            want_shadow=self.estimates,
         )
         if len(self.queue) != queued:  # jobs only leave the queue here
             self._queued_now = None
@@ -328,7 +341,7 @@ class Replay:
             elif node.state is NodeState.POWERED_DOWN:
                 self._power_on(node)
         occupy(job, pool, nodes, self.now)
-        self._dirty.update(nodes)
+        self._dirty.add_all(nodes)
         if any(n.state is NodeState.REQUESTED for n in nodes):
             self._requested[job.index] = job  # it starts once its nodes are launched
             return
@@ -347,7 +360,7 @@ class Replay:
         self._running_now = None
         for node in nodes:
             node.jobs_end = max(node.jobs_end or 0.0, estimated_end)
-        self._dirty.update(nodes)  # their jobs' ends changed
+        self._dirty.add_all(nodes)  # their jobs' ends changed
         self._push(job.start + job.run_s, END, job, job.generation)
 
     def _room(self, pool: Pool) -> int:
@@ -426,7 +439,7 @@ class Replay:
     def _evict_job(self, job: SimJob, pool: Pool) -> None:
         if job.start is not None and self.now > job.start:
             job.lost_node_s += (self.now - job.start) * len(job.placed)
-        self._dirty.update(job.placed)
+        self._dirty.add_all(job.placed)
         release(job, pool, self.now)
         self._running.pop(job.index, None)
         self._running_now = None
@@ -523,10 +536,13 @@ class Replay:
         return failed
 
     def _view(self, shadow: float | None) -> ClusterView:
-        if self._dirty or self._timeline is None:  # the running jobs changed with the nodes
+        if self.estimates and (self._dirty or self._timeline is None):  # jobs moved with nodes
             self._timeline = release_timeline(self.pools, self.now)
         for node in self._dirty:
-            view = self._views[node.name] = self._node_view(node)
+            template = self.templates.get(node.pool)
+            view = self._views[node.name] = sim_node_view(
+                node, node.pool != ONPREM, template, self.origin
+            )
             if view.kind == "cloud":
                 old = self._indexed_as.get(node.name)
                 if old is not None:
@@ -544,12 +560,8 @@ class Replay:
         self._marked = self.queue[:ESTIMATED_JOBS]
         if self.queue:
             self.queue[0].pending.reason = "Resources"
-        starts = estimated_starts(self.queue, self.pools, self.now, ESTIMATED_JOBS, self._timeline)
-        if starts and shadow is not None:
-            starts[0] = shadow  # the head's EASY reservation is the better estimate
-        for job, start in zip(self.queue, starts, strict=False):
-            if math.isfinite(start):
-                job.pending.estimated_start = self.origin + timedelta(seconds=start)
+        if self.estimates:
+            self._estimate_starts(shadow)
         if self._queued_now is None:
             self._queued_now = [job.pending for job in self.queue]
         if self._running_now is None:
@@ -566,6 +578,15 @@ class Replay:
             run_history=self.history,
         )
 
+    def _estimate_starts(self, shadow: float | None) -> None:
+        assert self._timeline is not None
+        starts = estimated_starts(self.queue, self.pools, self.now, ESTIMATED_JOBS, self._timeline)
+        if starts and shadow is not None:
+            starts[0] = shadow  # the head's EASY reservation is the better estimate
+        for job, start in zip(self.queue, starts, strict=False):
+            if math.isfinite(start):
+                job.pending.estimated_start = self.origin + timedelta(seconds=start)
+
     def _index_free(self, view: NodeView) -> None:
         """Keep the template's free slots (`ClusterView.free_slots`) in name order."""
         template = self.templates.get(view.template or "")
@@ -580,44 +601,6 @@ class Replay:
         elif listed:
             del names[at]
 
-    def _node_view(self, node: SimNode) -> NodeView:
-        moment = self._moment
-        cloud = node.pool != ONPREM
-        flags = {"CLOUD"} if cloud else set()
-        if node.state is NodeState.POWERED_DOWN:
-            flags.add("POWERED_DOWN")
-        elif node.state in (NodeState.BOOTING, NodeState.REQUESTED):
-            flags.add("POWERING_UP")
-        state = "IDLE" if node.empty else ("ALLOCATED" if not node.free_cpus else "MIXED")
-        template = self.templates.get(node.pool)
-        slurm = WorkloadNode(
-            name=node.name,
-            state=state,
-            flags=frozenset(flags),
-            cpus=node.shape.cpus,
-            memory_mb=node.shape.memory_mb,
-            gpus=node.shape.gpus,
-            gpu_model=template.gpu_model if template else None,
-            partitions=(template.partition if template else ONPREM,),
-        )
-        active = node.launched_at is not None
-        record = NodeRecord(
-            name=node.name,
-            kind="cloud" if cloud else "onprem",
-            state=node.state,
-            template=node.pool if cloud else None,
-            provider=template.provider if template else None,
-            instance_id=f"sim-{node.name}-{node.generation}" if active else None,
-            instance_type=template.instance_types[0] if template and active else None,
-            market=node.market,
-            launched_at=moment(node.launched_at),
-        )
-        idle_since = moment(node.idle_since) if node.empty else None
-        return node_view(record, slurm, moment(node.jobs_end), idle_since)
-
-    def _moment(self, at: float | None) -> datetime | None:
-        return None if at is None else self.origin + timedelta(seconds=at)
-
     # --- bookkeeping ----------------------------------------------------------------------
 
     def _pool(self, name: str | None) -> Pool:
@@ -627,6 +610,8 @@ class Replay:
         spent = self.outcome.cost + max(0.0, self._open_rate * self.now - self._open_offset)
         sample = Sample(self.now, self.onprem.busy, len(self._active), len(self.queue), spent)
         self.outcome.timeline.append(sample)
+        if self.bound is not None:  # its bill so far is all it has spent (no node accrues)
+            self.bound.timeline.append(replace(sample, cost=self.bound.cost + 0.0))
 
     def _maybe_tick(self) -> None:
         if self.runner is None or self._next_tick > self.now:

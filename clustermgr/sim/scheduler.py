@@ -15,11 +15,17 @@ Jobs never span pools: a Slurm job runs inside one partition's nodes of one temp
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import attrgetter
 
 from clustermgr.sim.model import Need, Pool, Shape, SimJob, SimNode
 from clustermgr.sim.results import share
 
 Start = Callable[[SimJob, Pool, list[SimNode]], None]
+FREE_CPUS, FREE_GPUS, FREE_MEM = (
+    attrgetter("free_cpus"),
+    attrgetter("free_gpus"),
+    attrgetter("free_mem"),
+)
 Room = Callable[[Pool], int]
 
 
@@ -145,13 +151,14 @@ def hole(pool: Pool, avoid: frozenset[SimNode], room: Room) -> Need:
     powered-down node counts while the pool may resume one."""
     if pool.resumable and pool.dormant_count() and room(pool) > 0:
         return (pool.shape.cpus, pool.shape.gpus, pool.shape.memory_mb)
-    cpus = gpus = memory = 0
-    for node in pool.usable(False):
-        if node not in avoid:
-            cpus = max(cpus, node.free_cpus)
-            gpus = max(gpus, node.free_gpus)
-            memory = max(memory, node.free_mem)
-    return (cpus, gpus, memory)
+    nodes = [node for node in pool.usable(False) if node not in avoid] if avoid else None
+    if nodes is None:
+        nodes = list(pool.usable(False))
+    return (
+        max(0, max(map(FREE_CPUS, nodes), default=0)),
+        max(0, max(map(FREE_GPUS, nodes), default=0)),
+        max(0, max(map(FREE_MEM, nodes), default=0)),
+    )
 
 
 def fits_in(need: Need, room: Need) -> bool:
@@ -216,7 +223,7 @@ def release_timeline(pools: list[Pool], now: float) -> Timeline:
     releases: list[tuple[float, float]] = []
     for pool in pools:
         free += pool.empty_usable(False)  # empty nodes: whole ones free
-        used = {node for job in pool.running.values() for node in job.placed}
+        used = dict.fromkeys(node for job in pool.running.values() for node in job.placed)
         free += sum(node_room(node) for node in used)
         for job in pool.running.values():
             begins = job.start if job.start is not None else now
