@@ -60,6 +60,11 @@ class QueueDepth:
     autoscaler's `price` and `least-waste` expanders); `"config"` takes the first in the
     config's order (an admin's pinned order). A template another fitting one names in its
     `fallback_templates` is only ever that one's fallback, never a first choice.
+
+    On a template whose scaling_strategy is all-or-nothing, each multi-node job gets a
+    launch of its own (`together`: its nodes start together or none does); nodes coming or
+    idle go to those jobs first, whole, in queue order. A node still coming that Slurm has
+    already given a job is not coming for the pending ones.
     """
 
     name = "queue_depth"
@@ -74,6 +79,7 @@ class QueueDepth:
         decision = view.proposed
         slots: dict[str, float] = defaultdict(float)
         jobs: dict[str, list[str]] = defaultdict(list)
+        whole: dict[str, list[tuple[str, int]]] = defaultdict(list)  # job id, its nodes
         unfit: dict[str, str] = {}
         # many jobs share a shape: decide the fit once, with the nodes a task takes (keyed
         # by the shape's number: an int hashes cheaper than the shape's tuple)
@@ -104,20 +110,38 @@ class QueueDepth:
                 unfit[job.job_id] = why
             if template is None:
                 continue
+            if template.all_or_nothing and nodes > 1 and job.array_tasks == 1:
+                whole[template.name].append((job.job_id, nodes))  # launched together
+                continue
             slots[template.name] += nodes * job.array_tasks / copies  # as nodes_for counts
             jobs[template.name].append(job.job_id)
         launches = []
-        for name, needed in sorted(slots.items()):
+        for name in sorted(set(slots) | set(whole)):
             coming = view.coming_unclaimed(name)
             idle = sum(1 for n in view.burst_nodes(NodeState.UP, name) if n.idle)
-            count = math.ceil(needed - 1e-9) - coming - idle - decision.launching(name)
-            if count > 0:
+            spare = coming + idle + decision.launching(name)
+            for job_id, needed in whole[name]:
+                covered = min(spare, needed)
+                spare -= covered
+                if covered < needed:
+                    launches.append(
+                        Launch(
+                            template=name,
+                            count=needed - covered,
+                            reason=f"queue_depth: job {job_id} needs {needed} nodes together, "
+                            f"{covered} coming or idle" + why_chosen.get(name, ""),
+                            jobs=(job_id,),
+                            together=True,
+                        )
+                    )
+            count = math.ceil(slots[name] - 1e-9) - spare
+            if jobs[name] and count > 0:
                 launches.append(
                     Launch(
                         template=name,
                         count=count,
                         reason=f"queue_depth: {len(jobs[name])} pending jobs need "
-                        f"{math.ceil(needed)} nodes, {coming} coming, {idle} idle"
+                        f"{math.ceil(slots[name])} nodes, {coming} coming, {idle} idle"
                         + why_chosen.get(name, ""),
                         jobs=tuple(jobs[name]),
                     )

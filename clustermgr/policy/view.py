@@ -45,6 +45,8 @@ class TemplateView:
     idle_kw: float = 0.0
     # where a launch goes when the cloud has no capacity for any of its types and zones
     fallbacks: tuple[str, ...] = ()
+    # a job's nodes are launched together or not at all (`scaling_strategy`)
+    all_or_nothing: bool = False
 
     @property
     def onprem(self) -> bool:

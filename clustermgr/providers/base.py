@@ -83,6 +83,9 @@ class LaunchSpec:
     # the template's fabric: "efa" (AWS: an EFA interface), "infiniband" (Azure: an RDMA
     # size, accelerated networking), "sriov" (OpenStack: a port with vnic_type direct)
     fabric: Literal["efa", "infiniband", "sriov"] | None = None
+    # all of `count` start or none does (one job's nodes): a short answer is released at
+    # once and the launch tried whole on the next type or zone
+    all_or_nothing: bool = False
 
 
 @dataclass(frozen=True)
@@ -126,6 +129,24 @@ class LaunchError:
     def reason(self) -> str:
         """The Slurm node reason: `(Code:KIND) detail`."""
         return str(Reason(self.kind.value, f"{self.code}: {self.message}"))
+
+
+ALL_OR_NOTHING = "AllOrNothing"  # the code of an all-or-nothing launch that came back short
+
+
+def short_whole(
+    got: int,
+    wanted: int,
+    instance_type: str | None = None,
+    zone: str | None = None,
+    released: bool = True,
+) -> LaunchError:
+    """The CAPACITY error of an all-or-nothing launch (or one attempt of it, on one type and
+    zone) that got `got` of `wanted` instances."""
+    where = " ".join(w for w in (instance_type, zone) if w)
+    fate = "released" if released else "release failed: the engine terminates them"
+    message = f"all-or-nothing: got {got} of {wanted}{f' on {where}' if where else ''}, {fate}"
+    return LaunchError(ErrorKind.CAPACITY, ALL_OR_NOTHING, message, instance_type, zone, wanted)
 
 
 @dataclass

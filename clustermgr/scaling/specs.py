@@ -69,6 +69,7 @@ class LaunchSpecs:
             root_volume_gb=template.volume_size_gb,
             reservation=reservation_target(template),
             fabric=template.fabric,
+            all_or_nothing=order.all_or_nothing,
         )
 
     def key_fetch(self, order: LaunchOrder) -> KeyFetch:

@@ -62,6 +62,7 @@ from clustermgr.providers.base import (
     LaunchResult,
     LaunchSpec,
     ReservationTarget,
+    short_whole,
 )
 from clustermgr.providers.reservations import ReservationFacts
 from clustermgr.providers.skeleton import Check, CloudProvider, Failure, Words, parallel
@@ -230,7 +231,14 @@ class AzureProvider(CloudProvider[VmPlan]):
     def start(self, plan: VmPlan, result: LaunchResult) -> None:
         self.nics.retry()
         if plan.held_back is not None:
+            if plan.spec.all_or_nothing:  # the job's nodes start together or not at all
+                whole = plan.held_back.count + len(plan.nodes)
+                result.errors.append(replace(plan.held_back, count=whole))
+                return
             result.errors.append(plan.held_back)
+        if plan.spec.all_or_nothing:
+            self._launch_whole(plan, result)
+            return
         spec, request_id, key = plan.spec, plan.request_id, plan.ssh_public_key
         outcomes = self._parallel(lambda n: self._launch_node(spec, n, request_id, key), plan.nodes)
         for outcome in outcomes:
@@ -274,6 +282,54 @@ class AzureProvider(CloudProvider[VmPlan]):
             log.warning(beyond_line(target, free, len(nodes), request_id))
             return nodes, None
         return nodes[:free], held_back(target, free, total, len(nodes) - free)
+
+    def _launch_whole(self, plan: VmPlan, result: LaunchResult) -> None:
+        """All or nothing: each size x zone in order gets a batch of every node's VM (in
+        parallel); a batch that comes back short is deleted at once and the next size or
+        zone gets the whole batch. What cannot be deleted stays in the result (the engine
+        terminates it as failed)."""
+        spec, count = plan.spec, len(plan.nodes)
+        for itype in spec.instance_types:
+            skipped = NodeOutcome()
+            for zone in self._zones_for(spec, itype, skipped):
+                batch = functools.partial(self._launch_node_on, plan, itype=itype, zone=zone)
+                outcomes = self._parallel(batch, plan.nodes)
+                got = [o.instance for o in outcomes if o.instance is not None]
+                result.errors.extend(e for o in outcomes for e in o.errors)
+                if len(got) == count:
+                    result.instances.extend(got)
+                    return
+                if got:
+                    left = self.release([i.instance_id for i in got], plan.request_id)
+                    result.errors.append(short_whole(len(got), count, itype, zone, not left))
+                    if left:
+                        result.instances.extend(i for i in got if i.instance_id in left)
+                        return
+                if any(e.kind is not ErrorKind.CAPACITY for o in outcomes for e in o.errors):
+                    return
+            result.errors.extend(replace(e, count=count) for e in skipped.errors)
+
+    def _launch_node_on(self, plan: VmPlan, node: str, itype: str, zone: str | None) -> NodeOutcome:
+        """One node's VM of one size in one zone (reused when this request made it before)."""
+        names = names_for(self.cluster, node, plan.request_id)
+        try:
+            existing = self._get_vm(names.vm)
+            reused = self._reuse(existing, plan.request_id, names) if existing else None
+            if reused is not None:
+                return reused
+            tags = instance_tags(self.cluster, plan.spec, plan.request_id, node)
+            req = VmRequest(self.region, names, "", itype, zone, tags, plan.ssh_public_key)
+            instance, failure = self._attempt(plan.spec, req)
+            if failure is not None and failure.code == NIC_RESERVED:
+                instance, failure = self._attempt(plan.spec, req)  # once more, another NIC
+        except ProviderError as exc:
+            if exc.kind is ErrorKind.AUTH:
+                raise
+            return NodeOutcome(errors=[LaunchError(exc.kind, exc.code, str(exc), count=1)])
+        if failure is not None:
+            self._delete_leftovers(names)
+            return NodeOutcome(errors=[failure.launch_error(itype, zone, count=1)])
+        return NodeOutcome(instance=instance)
 
     def _validate(self, spec: LaunchSpec, count: int) -> str:
         """Raise INVALID (naming template and field) for what cannot work; the SSH key."""
