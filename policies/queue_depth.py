@@ -119,7 +119,10 @@ class QueueDepth:
         for name in sorted(set(slots) | set(whole)):
             coming = view.coming_unclaimed(name)
             idle = sum(1 for n in view.burst_nodes(NodeState.UP, name) if n.idle)
-            spare = coming + idle + decision.launching(name)
+            # a job launched together gets no node Slurm gave another job (MIXED either);
+            # the jobs counted in slots may share one
+            shared = coming - view.coming_unclaimed(name, whole=True) if whole[name] else 0
+            spare = coming - shared + idle + decision.launching(name)
             for job_id, needed in whole[name]:
                 covered = min(spare, needed)
                 spare -= covered
@@ -134,7 +137,7 @@ class QueueDepth:
                             together=True,
                         )
                     )
-            count = math.ceil(slots[name] - 1e-9) - spare
+            count = math.ceil(slots[name] - 1e-9) - spare - shared
             if jobs[name] and count > 0:
                 launches.append(
                     Launch(
