@@ -76,12 +76,20 @@ def initial_decision(view: ClusterView) -> ScaleDecision:
 
 def job_groups(view: ClusterView, names: list[str]) -> tuple[dict[str, tuple[str, ...]], list[str]]:
     """The nodes of each job that asked for more than one of `names` (a node goes with the
-    first job named for it), and the nodes no such job holds."""
+    first job named for it), and the nodes no such job holds. A node whose resume request
+    has not reached cm-scale yet (Slurm showed it powering up first: "a resume request we
+    missed") goes with the job Slurm is configuring on it."""
     by_job: dict[str, list[str]] = {}
+    configuring: dict[str, str] | None = None
     for name in names:
         jobs = view.resume_requests.get(name, ())
-        if jobs:
-            by_job.setdefault(jobs[0], []).append(name)
+        job = jobs[0] if jobs else None
+        if job is None:
+            if configuring is None:
+                configuring = {n: j.job_id for j in view.running for n in j.nodes}
+            job = configuring.get(name)
+        if job:
+            by_job.setdefault(job, []).append(name)
     groups = {job: tuple(group) for job, group in by_job.items() if len(group) > 1}
     grouped = {n for group in groups.values() for n in group}
     return groups, [n for n in names if n not in grouped]

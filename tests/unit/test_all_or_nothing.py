@@ -139,6 +139,20 @@ def test_slurm_mode_resume_requests_are_grouped_per_job_from_the_resume_file() -
     assert len(launch.nodes) == 7 and not launch.together
 
 
+def test_nodes_slurm_powered_up_before_their_resume_request_arrived_go_with_their_job() -> None:
+    """Slurm shows a job's nodes powering up before its hook's request reaches cm-scale
+    (the cycle judges them "a resume request we missed", with no job): the job Slurm is
+    configuring on them still makes them one launch, together."""
+    from clustermgr.scaling.decide import initial_decision
+    from clustermgr.workload.base import RunningJob
+
+    requested = [slot(f"g{i}", NodeState.REQUESTED) for i in range(1, 4)]
+    configuring = (RunningJob(job_id="5", nodes=("g1", "g2"), end_time=None),)
+    v = view(requested, [], templates=WHOLE, running=configuring)
+    launches = [(x.nodes, x.jobs, x.together) for x in initial_decision(v).launches]
+    assert launches == [(("g1", "g2"), ("5",), True), (("g3",), (), False)]
+
+
 def test_a_bad_item_of_the_resume_file_is_skipped_with_a_warning_the_rest_kept() -> None:
     from clustermgr.workload.hooks import parse_resume_file
 
