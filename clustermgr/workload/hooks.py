@@ -82,9 +82,9 @@ RESUME_FILE_MAX = 16 * 1024 * 1024  # far above 5,000 nodes in 5,000 jobs
 def parse_resume_file(
     text: str, nodes: Collection[str] | None = None, warn: Callable[[str], None] | None = None
 ) -> dict[str, tuple[str, ...]]:
-    """SLURM_RESUME_FILE: {"jobs": [{"job_id": 1, "nodes_resume": "c[1-2]", "nodes_alloc":
-    ...}], "all_nodes_resume": ...} (Slurm 22.05 renamed a job's "nodes" to "nodes_resume",
-    which is still read): job id -> the nodes resumed for it, which all-or-nothing templates
+    """SLURM_RESUME_FILE: {"jobs": [{"job_id": 1, "nodes": "c[1-2]"}], "all_nodes": ...}
+    as slurmctld 22.05.8 writes it (a job's "nodes_resume", where a release names it so, is
+    read first): job id -> the nodes resumed for it, which all-or-nothing templates
     launch together. Outside input: an item that is not a job id with a hostlist of nodes
     from the hook's argument (`nodes`, when given) is skipped with a warning; a file that is
     not that shape at all only loses the grouping (the hostlist argument is authoritative)."""
