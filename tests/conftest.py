@@ -119,6 +119,18 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) 
     return CliResult(done.returncode, done.stdout, done.stderr)
 
 
+def run_bench_quick(script: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`bench/SCRIPT --quick` as a user runs it, from `cwd`, its output captured."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), "--quick"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
 @pytest.fixture
 def sqlite_url(tmp_path: Path) -> str:
     return f"sqlite:///{tmp_path / 'clustermgr.db'}"
