@@ -319,10 +319,14 @@ class FaultMiddleware:
         )
         count_key = "TargetCapacitySpecification.TotalTargetCapacity" if fleet else "MaxCount"
         wanted = int(req.get(count_key, "1") or 1)
+        # all or none below it: MinTargetCapacity (OnDemandOptionsRequest), MinCount
+        minimum = int(
+            req.get("OnDemandOptions.MinTargetCapacity" if fleet else "MinCount", "1") or 1
+        )
         pool = self._pool(target, itype)
         room = sum(max(0, free) for _, free in pool)
         granted = wanted if target.open else min(wanted, room)
-        if granted == 0:
+        if granted == 0 or granted < minimum:
             if fleet:
                 return _xml_answer(_empty_fleet_xml(full_error_xml(target, itype)))
             message = f"Insufficient capacity in the targeted Capacity Reservation for {itype}."

@@ -125,6 +125,9 @@ class FleetPlan:
         return Attempt(self.template, self.version, itype, place, count, token, self.tags)
 
 
+Launcher = Callable[[FleetPlan, list[LaunchError]], list[Launched]]
+
+
 class AwsProvider(CloudProvider[FleetPlan]):
     kind: ClassVar[str] = "aws"
     sdk = SDK
@@ -204,9 +207,11 @@ class AwsProvider(CloudProvider[FleetPlan]):
     def start(self, plan: FleetPlan, result: LaunchResult) -> None:
         if plan.spec.all_or_nothing:
             launched = self._launch_whole(plan, result.errors)
+            if not launched:  # a reservation that cannot hold the job: on-demand, whole
+                launched = self._fallback(plan, 0, result.errors, self._launch_whole)
         else:
             launched = self._launch_batches(plan, result.errors)
-            launched += self._fallback(plan, len(launched), result.errors)
+            launched += self._fallback(plan, len(launched), result.errors, self._launch_batches)
         result.instances = self._bind(plan, launched, result.errors)
 
     def _launch_whole(self, plan: FleetPlan, errors: list[LaunchError]) -> list[Launched]:
@@ -217,10 +222,10 @@ class AwsProvider(CloudProvider[FleetPlan]):
         choices = [(t, p) for t in spec.instance_types for p in placements(spec)]
         for attempt, (itype, place) in enumerate(choices):
             if not self._fleet_api:
-                got, failed = self._run_batch(plan, plan.count, "w")  # MinCount = count
+                got, failed = self._run_batch(plan, plan.count, f"{plan.part}w")  # MinCount
                 errors.extend(failed)
                 return got
-            token = client_token(self.cluster, plan.request_id, f"w{attempt}")
+            token = client_token(self.cluster, plan.request_id, f"{plan.part}w{attempt}")
             request = whole_fleet_request(spec, plan.attempt(itype, place, plan.count, token))
             where = place.get("SubnetId") or place.get("AvailabilityZone")
             try:
@@ -229,7 +234,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
                 failure = self.failure(exc)
                 if failure.code in NO_FLEET_API_CODES or failure.status == 501:
                     self._fleet_api = failure.code == "UnsupportedOperation"
-                    got, failed = self._run_batch(plan, plan.count, "w")
+                    got, failed = self._run_batch(plan, plan.count, f"{plan.part}w")
                     errors.extend(failed)
                     return got
                 errors.append(failure.launch_error(itype, where, plan.count))
@@ -329,8 +334,11 @@ class AwsProvider(CloudProvider[FleetPlan]):
                 ErrorKind.CAPACITY, why, provider=self.name, code="CapacityBlockNotActive"
             )
 
-    def _fallback(self, plan: FleetPlan, held: int, errors: list[LaunchError]) -> list[Launched]:
-        """What the reservation could not hold: on-demand, or its errors naming it."""
+    def _fallback(
+        self, plan: FleetPlan, held: int, errors: list[LaunchError], launch: Launcher
+    ) -> list[Launched]:
+        """What the reservation could not hold: on-demand (by `launch`: in batches, or whole
+        for a job launched all or nothing), or its errors naming it."""
         target = plan.spec.reservation
         if target is None or held >= plan.count or not is_full(errors):
             return []
@@ -344,7 +352,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
             plan, spec=spec, count=plan.count - held, template=template, version=version, part="f"
         )
         more: list[LaunchError] = []
-        got = self._launch_batches(rest, more)
+        got = launch(rest, more)
         errors[:] = [e for e in errors if e.code not in FULL_CODES] + more
         return got
 

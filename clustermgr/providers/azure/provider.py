@@ -231,11 +231,9 @@ class AzureProvider(CloudProvider[VmPlan]):
     def start(self, plan: VmPlan, result: LaunchResult) -> None:
         self.nics.retry()
         if plan.held_back is not None:
-            if plan.spec.all_or_nothing:  # the job's nodes start together or not at all
-                whole = plan.held_back.count + len(plan.nodes)
-                result.errors.append(replace(plan.held_back, count=whole))
-                return
             result.errors.append(plan.held_back)
+        if not plan.nodes:
+            return
         if plan.spec.all_or_nothing:
             self._launch_whole(plan, result)
             return
@@ -281,6 +279,8 @@ class AzureProvider(CloudProvider[VmPlan]):
         if target.fallback:
             log.warning(beyond_line(target, free, len(nodes), request_id))
             return nodes, None
+        if spec.all_or_nothing:  # a job's nodes start together: none of them
+            return (), held_back(target, free, total, len(nodes), whole=True)
         return nodes[:free], held_back(target, free, total, len(nodes) - free)
 
     def _launch_whole(self, plan: VmPlan, result: LaunchResult) -> None:
