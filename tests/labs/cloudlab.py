@@ -473,14 +473,18 @@ class CloudLab:
         return "\n".join(parts)
 
     def stop(self) -> None:
-        if self.agent is not None:
-            self.agent.stop()
-        if self.slurm is not None:
-            self.slurm.stop()
-        if self._claim is not None:  # a lab that could not claim the bridge leaves it be
-            net.remove_bridge_for(self.subnet)
-            self._claim.close()
-            self._claim = None
+        try:
+            if self.agent is not None:
+                self.agent.stop()
+            if self.slurm is not None:
+                self.slurm.stop()
+        finally:
+            if self._claim is not None:  # a lab that could not claim the bridge leaves it be
+                try:
+                    net.remove_bridge_for(self.subnet)
+                finally:
+                    self._claim.close()  # even so: the next lab of this process may claim
+                    self._claim = None
 
 
 @contextlib.contextmanager
