@@ -31,8 +31,15 @@ from clustermgr.policy import (
 
 ORDERS = ("price", "config")
 Choices = dict[int, tuple[TemplateView | None, str, int, int]]
-# per template: nodes needed, job ids in queue order; unfit job -> why; template -> why chosen
-Counted = tuple[dict[str, float], dict[str, list[str]], dict[str, str], dict[str, str]]
+# per template: nodes needed, job ids in queue order; unfit job -> why; template -> why
+# chosen; per all-or-nothing template, the jobs launched together (job id, its nodes)
+Counted = tuple[
+    dict[str, float],
+    dict[str, list[str]],
+    dict[str, str],
+    dict[str, str],
+    dict[str, list[tuple[str, int]]],
+]
 
 
 def job_price(job: PendingJob, template: TemplateView) -> float:
@@ -70,6 +77,11 @@ class QueueDepth:
     autoscaler's `price` and `least-waste` expanders); `"config"` takes the first in the
     config's order (an admin's pinned order). A template another fitting one names in its
     `fallback_templates` is only ever that one's fallback, never a first choice.
+
+    On a template whose scaling_strategy is all-or-nothing, each multi-node job gets a
+    launch of its own (`together`: its nodes start together or none does); nodes coming or
+    idle go to those jobs first, whole, in queue order. A node still coming that Slurm has
+    already given a job is not coming for the pending ones.
     """
 
     name = "queue_depth"
@@ -86,19 +98,39 @@ class QueueDepth:
         choices: Choices = {}  # by the shape's number: an int hashes cheaper than a tuple
         reasons = ReasonMemo()
         counted = self.count_uniform(view, choices, reasons) or self.count(view, choices, reasons)
-        slots, jobs, unfit, why_chosen = counted
+        slots, jobs, unfit, why_chosen, whole = counted
         launches = []
-        for name, needed in sorted(slots.items()):
+        for name in sorted(set(slots) | set(whole)):
             coming = view.coming_unclaimed(name)
             idle = sum(1 for n in view.burst_nodes(NodeState.UP, name) if n.idle)
-            count = math.ceil(needed - 1e-9) - coming - idle - decision.launching(name)
-            if count > 0:
+            # a job launched together gets no node Slurm gave another job (MIXED either);
+            # the jobs counted in slots may share one
+            together = whole.get(name, [])
+            shared = coming - view.coming_unclaimed(name, whole=True) if together else 0
+            spare = coming - shared + idle + decision.launching(name)
+            for job_id, needed in together:
+                covered = min(spare, needed)
+                spare -= covered
+                if covered < needed:
+                    launches.append(
+                        Launch(
+                            template=name,
+                            count=needed - covered,
+                            reason=f"queue_depth: job {job_id} needs {needed} nodes together, "
+                            f"{covered} coming or idle" + why_chosen.get(name, ""),
+                            jobs=(job_id,),
+                            together=True,
+                        )
+                    )
+            needed_slots = slots.get(name, 0.0)
+            count = math.ceil(needed_slots - 1e-9) - spare - shared
+            if jobs.get(name) and count > 0:
                 launches.append(
                     Launch(
                         template=name,
                         count=count,
                         reason=f"queue_depth: {len(jobs[name])} pending jobs need "
-                        f"{math.ceil(needed)} nodes, {coming} coming, {idle} idle"
+                        f"{math.ceil(needed_slots)} nodes, {coming} coming, {idle} idle"
                         + why_chosen.get(name, ""),
                         jobs=tuple(jobs[name]),
                     )
@@ -110,6 +142,7 @@ class QueueDepth:
         jobs that fit no template, with why; why each template was chosen."""
         slots: dict[str, float] = defaultdict(float)
         jobs: dict[str, list[str]] = defaultdict(list)
+        whole: dict[str, list[tuple[str, int]]] = defaultdict(list)  # job id, its nodes
         unfit: dict[str, str] = {}
         held = view.proposed.held
         why_chosen: dict[str, str] = {}  # template -> "; cheapest fit: ..." (its first job's)
@@ -136,9 +169,12 @@ class QueueDepth:
                 unfit[job.job_id] = why
             if template is None:
                 continue
+            if template.all_or_nothing and nodes > 1 and job.array_tasks == 1:
+                whole[template.name].append((job.job_id, nodes))  # launched together
+                continue
             slots[template.name] += nodes * job.array_tasks / copies  # as nodes_for counts
             jobs[template.name].append(job.job_id)
-        return slots, jobs, unfit, why_chosen
+        return slots, jobs, unfit, why_chosen, whole
 
     def count_uniform(
         self, view: ClusterView, choices: Choices, reasons: ReasonMemo
@@ -164,10 +200,12 @@ class QueueDepth:
             return None  # some jobs fit no template: each is named in `unfit`
         chosen = {t.name: t for key in firsts if (t := choices[key][0]) is not None}
         if not chosen:
-            return {}, {}, {}, {}
+            return {}, {}, {}, {}, {}
         if len(chosen) > 1:
             return None
         (template,) = chosen.values()
+        if template.all_or_nothing:
+            return None  # its multi-node jobs are launched one by one: `count` sorts them
         nodes = {key: choices[key][2] / choices[key][3] for key in firsts if choices[key][0]}
         ids, first = job_ids(pending), pending[0]
         if len(nodes) < len(firsts):  # shapes that are not a cloud's business: not counted
@@ -180,6 +218,7 @@ class QueueDepth:
             {template.name: ids},
             {},
             {template.name: why},
+            {},
         )
 
     @staticmethod

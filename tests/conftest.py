@@ -27,10 +27,12 @@ EXAMPLE_CONFIG = REPO / "etc" / "clustermgr.toml.example"
 # Under pytest-xdist (`make test` runs `-n 2`) the scheduler below keeps a file's tests on
 # one worker (module fixtures build one lab), and files that share something fixed on this
 # machine in one group, so they never run at once: the cloud fakes' networks (bridges for
-# 10.0.0.0/16, 10.20.0.0/16, ...), BurstLab's default subnet, the local contract harness's
-# subnet (a file's teardown removes its bridge). munged is shared by refcount
-# (tests/labs/slurmlab.py); everything else a test starts takes a free port. (xdist's own
-# `loadgroup` cannot do this with pytest 9.2: it extends node ids, which 9.2 no longer reads.)
+# 10.0.0.0/16, 10.20.0.0/16, 172.31.0.0/16: a cloud lab, benches' too, outside this group
+# fails at its start, tests/labs/cloudlab.py claim_network), BurstLab's default subnet, the
+# local contract harness's subnet (a file's teardown removes its bridge). munged is shared
+# by refcount (tests/labs/slurmlab.py); everything else a test starts takes a free port.
+# (xdist's own `loadgroup` cannot do this with pytest 9.2: it extends node ids, which 9.2
+# no longer reads.)
 SHARED_GROUPS = {
     "cloud-networks": (
         "tests/e2e/test_clouds.py",
@@ -118,6 +120,18 @@ def run_cli(*args: str, env: dict[str, str] | None = None, timeout: float = 60) 
         check=False,
     )
     return CliResult(done.returncode, done.stdout, done.stderr)
+
+
+def run_bench_quick(script: str, cwd: Path, timeout: float) -> subprocess.CompletedProcess[str]:
+    """`bench/SCRIPT --quick` as a user runs it, from `cwd`, its output captured."""
+    return subprocess.run(
+        [sys.executable, str(REPO / "bench" / script), "--quick"],
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 @pytest.fixture

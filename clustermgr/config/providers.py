@@ -210,6 +210,9 @@ class TemplateSettings(StrictModel):
     weight: int = Field(100, ge=0)
     boot_timeout_s: float = Field(600.0, gt=0)
     fallback_templates: list[str] = []
+    # a multi-node job's nodes launched together or not at all (None: all-or-nothing for a
+    # template with GPUs, where a partial allocation is pure cost)
+    scaling_strategy: Literal["all-or-nothing", "best-effort"] | None = None
     prices: dict[str, InstancePrice] = {}
     # reserved capacity (config/reserved_capacity.py): AWS, Azure; what a launch it cannot hold does
     capacity_reservation: CapacityReservation | None = None
@@ -292,6 +295,13 @@ class TemplateSettings(StrictModel):
         if self.infiniband:
             return "infiniband"
         return "sriov" if self.vnic_type == "direct" else None
+
+    @property
+    def all_or_nothing(self) -> bool:
+        """A job's nodes are launched together or not at all (`scaling_strategy`)."""
+        if self.scaling_strategy is None:
+            return self.gpus > 0
+        return self.scaling_strategy == "all-or-nothing"
 
     @property
     def node_limit(self) -> int:

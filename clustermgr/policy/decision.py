@@ -24,6 +24,9 @@ class Launch:
     market: MarketChoice = None
     jobs: tuple[str, ...] = ()
     nodes: tuple[str, ...] = ()  # specific slots (Slurm's resume requests); else any free ones
+    # the nodes serve one job and are no use apart (a multi-node job): on a template whose
+    # scaling_strategy is all-or-nothing they are launched together or not at all
+    together: bool = False
 
 
 @dataclass(frozen=True)

@@ -47,6 +47,8 @@ class TemplateView:
     idle_kw: float = 0.0
     # where a launch goes when the cloud has no capacity for any of its types and zones
     fallbacks: tuple[str, ...] = ()
+    # a job's nodes are launched together or not at all (`scaling_strategy`)
+    all_or_nothing: bool = False
 
     @property
     def onprem(self) -> bool:
@@ -188,16 +190,18 @@ class ClusterView:
             if n.state is not NodeState.STOPPING and not n.settling and not n.power_unknown
         )
 
-    def coming_unclaimed(self, template: str) -> int:
+    def coming_unclaimed(self, template: str, whole: bool = False) -> int:
         """Nodes of a template coming up (requested, launching, booting) that Slurm has not
         given a whole job (ALLOCATED): what the jobs pending now may still get. A node a
         job fills will not run them, and counting it would make them wait for it, then
-        for a boot of their own."""
+        for a boot of their own. `whole`: for a job that needs its nodes to itself
+        together (all-or-nothing), a node Slurm gave any job (MIXED too) is taken."""
+        taken = ("ALLOCATED", "MIXED") if whole else ("ALLOCATED",)
         return sum(
             1
             for state in COMING_STATES
             for node in self.burst_nodes(state, template)
-            if node.slurm is None or node.slurm.state != "ALLOCATED"
+            if node.slurm is None or node.slurm.state not in taken
         )
 
     def free_slots(self, template: str) -> list[str]:

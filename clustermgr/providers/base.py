@@ -87,6 +87,9 @@ class LaunchSpec:
     # has 2 or more instances (providers/launch_groups.py); the policy is OpenStack's server
     # group policy (AWS makes a cluster placement group, Azure a proximity placement group)
     launch_group: Literal["affinity", "soft-affinity"] | None = None
+    # all of `count` start or none does (one job's nodes): a short answer is released at
+    # once and the launch tried whole on the next type or zone
+    all_or_nothing: bool = False
 
 
 @dataclass(frozen=True)
@@ -130,6 +133,24 @@ class LaunchError:
     def reason(self) -> str:
         """The Slurm node reason: `(Code:KIND) detail`."""
         return str(Reason(self.kind.value, f"{self.code}: {self.message}"))
+
+
+ALL_OR_NOTHING = "AllOrNothing"  # the code of an all-or-nothing launch that came back short
+
+
+def short_whole(
+    got: int,
+    wanted: int,
+    instance_type: str | None = None,
+    zone: str | None = None,
+    released: bool = True,
+) -> LaunchError:
+    """The CAPACITY error of an all-or-nothing launch (or one attempt of it, on one type and
+    zone) that got `got` of `wanted` instances."""
+    where = " ".join(w for w in (instance_type, zone) if w)
+    fate = "released" if released else "release failed: the engine terminates them"
+    message = f"all-or-nothing: got {got} of {wanted}{f' on {where}' if where else ''}, {fate}"
+    return LaunchError(ErrorKind.CAPACITY, ALL_OR_NOTHING, message, instance_type, zone, wanted)
 
 
 @dataclass

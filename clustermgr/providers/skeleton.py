@@ -22,13 +22,16 @@ from typing import TYPE_CHECKING, Any, ClassVar, Generic, TypeVar
 
 from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import (
+    ALL_OR_NOTHING,
     CheckResult,
     CloudInstance,
+    InstanceState,
     InstanceType,
     LaunchError,
     LaunchResult,
     LaunchSpec,
     invalid,
+    short_whole,
 )
 
 if TYPE_CHECKING:
@@ -37,6 +40,8 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CATALOG_TTL_S = 3600.0
+# a released instance listed in these states was not terminated (terminating counts as gone)
+STILL_UP = frozenset({InstanceState.PENDING, InstanceState.RUNNING})
 MESSAGE_LIMIT = 240
 AUTH_MESSAGE = "credentials rejected ({source}): {message}"
 T = TypeVar("T")
@@ -247,6 +252,8 @@ class CloudProvider(ABC, Generic[PlanT]):
         )
         self.start(plan, result)
         result.errors = merge_errors(result.errors)
+        if spec.all_or_nothing and result.missing:
+            self.keep_none(result)
         if result.missing:
             log.warning(
                 "request %s: %d of %d %s(s) started (%s)",
@@ -257,6 +264,47 @@ class CloudProvider(ABC, Generic[PlanT]):
                 "; ".join(e.reason() for e in result.errors[:3]),
             )
         return result
+
+    # ------------------------------------------------------------------ all or nothing
+
+    def keep_none(self, result: LaunchResult) -> None:
+        """An all-or-nothing launch came back short: release what started (what cannot be
+        released stays in the result, for the engine to bind and terminate as failed), and
+        put the all-or-nothing reason first."""
+        got = len(result.instances)
+        left = set(self.release([i.instance_id for i in result.instances], result.request_id))
+        result.instances = [i for i in result.instances if i.instance_id in left]
+        whole = [e for e in result.errors if e.code == ALL_OR_NOTHING]
+        if got:
+            result.errors.insert(0, short_whole(got, result.requested, released=not left))
+        elif whole:
+            result.errors.remove(whole[0])
+            result.errors.insert(0, whole[0])
+        elif not result.errors or result.errors[0].kind is ErrorKind.CAPACITY:
+            first = f" ({result.errors[0].code})" if result.errors else ""
+            message = f"all-or-nothing: got 0 of {result.requested} on every type and zone{first}"
+            error = LaunchError(ErrorKind.CAPACITY, ALL_OR_NOTHING, message, count=result.requested)
+            result.errors.insert(0, error)
+
+    def release(self, instance_ids: Sequence[str], request_id: str) -> list[str]:
+        """Terminate the instances of a launch that came back short, then look: the ids still
+        live after a second try (none when all are gone)."""
+        left = list(dict.fromkeys(instance_ids))
+        for attempt in (1, 2):
+            if not left:
+                return []
+            try:
+                self.remove(left, f"{request_id}-release{attempt}")
+                listed = self.list_instances()
+            except ProviderError as exc:
+                log.warning("request %s: releasing %d instance(s): %s", request_id, len(left), exc)
+                continue
+            left = [
+                i for i in left if i in listed and listed[i].state is not InstanceState.TERMINATED
+            ]
+        if left:
+            log.warning("request %s: %d instance(s) not released yet", request_id, len(left))
+        return left
 
     # ------------------------------------------------------------------ terminate
 

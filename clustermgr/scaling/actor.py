@@ -128,6 +128,8 @@ class Actor:
         self.bind(order.template, by_node)
         outcome.launched = sorted(by_node)
         missing = [n for n in order.nodes if n not in by_node]
+        if missing and order.all_or_nothing:  # what the cloud could not release goes too
+            outcome.launched, missing = [], list(order.nodes)
         if missing:
             first = (
                 result.errors[0]

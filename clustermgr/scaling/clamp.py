@@ -12,6 +12,11 @@ Act launches an alternate only for nodes the cloud had no capacity for, so a fal
 passes a limit; what the alternates cannot cover carries the cut (`LaunchOrder.cut`) as its
 reason. The budget is judged before: `budget_cap` prices a launch at the dearest of its
 alternates (`ClusterView.launch_price`).
+
+All or nothing: a launch whose nodes serve one job (`Launch.together`) on a template whose
+`scaling_strategy` is all-or-nothing becomes one order launched together or not at all
+(`LaunchOrder.all_or_nothing`): a limit that would cut it drops it whole (noted), and only
+an alternate with room for every node of it is kept, so a fallback gets the whole job.
 """
 
 from __future__ import annotations
@@ -40,6 +45,8 @@ class LaunchOrder:
     # launched in order, as far as they go, for nodes the cloud had no capacity for
     alternates: tuple[LaunchOrder, ...] = ()
     cut: str = ""  # why the alternates cover fewer nodes than the order, if they do
+    # the nodes start together or none does: a short answer is released at once, whole
+    all_or_nothing: bool = False
 
 
 @dataclass(frozen=True)
@@ -92,6 +99,8 @@ def clamp(decision: ScaleDecision, view: ClusterView, settings: Settings) -> Pla
             plan.refusals.append(Refusal(template.name, template.blocked, launch.jobs))
             continue
         nodes = _pick_nodes(launch, view, taken)
+        wanted = len(launch.nodes) if launch.nodes else launch.count
+        whole = launch.together and template.all_or_nothing and wanted > 1
         if len(nodes) < launch.count and not launch.nodes:
             plan.notes.append(
                 f"clamp: {launch.template}: only {len(nodes)} of {launch.count} wanted nodes "
@@ -109,6 +118,14 @@ def clamp(decision: ScaleDecision, view: ClusterView, settings: Settings) -> Pla
                 f"provider {template.provider}'s max_instances = {limit} "
                 f"({provider_active[template.provider]} active or planned)"
             )
+        if whole and min(len(nodes), room) < wanted:
+            jobs = f"jobs {','.join(launch.jobs)}" if launch.jobs else "a job"
+            plan.notes.append(
+                f"clamp: {launch.template}: all-or-nothing: {jobs} need {wanted} nodes, "
+                f"{max(0, min(len(nodes), room))} may launch ({limited_by} or free slots): "
+                "none launched"
+            )
+            continue
         if len(nodes) > room:
             plan.notes.append(
                 f"clamp: {launch.template}: {len(nodes) - max(room, 0)} of {len(nodes)} launches "
@@ -127,6 +144,7 @@ def clamp(decision: ScaleDecision, view: ClusterView, settings: Settings) -> Pla
                 request_id=new_request_id(),
                 reason=launch.reason,
                 jobs=launch.jobs,
+                all_or_nothing=whole,
             )
         )
     left = {
@@ -196,8 +214,8 @@ def _with_alternates(
         nodes = free[: max(limit, 0)]
         if len(nodes) < wanted:
             cuts.append(f"{name}: {len(nodes)} of {wanted} nodes ({why})")
-        if not nodes:
-            continue
+        if not nodes or (order.all_or_nothing and len(nodes) < wanted):
+            continue  # a job launched all or nothing goes to a fallback whole or not at all
         taken.update(nodes)
         reserved[name] += len(nodes)
         if template.provider != own and template.provider in room:
@@ -210,6 +228,7 @@ def _with_alternates(
                 new_request_id(),
                 f"fallback from {order.template}: no capacity",
                 order.jobs,
+                all_or_nothing=order.all_or_nothing,
             )
         )
     covered = sum(len(a.nodes) for a in alternates)

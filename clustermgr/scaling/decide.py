@@ -49,14 +49,47 @@ def decide(settings: Settings, runner: PolicyRunner, view: ClusterView) -> Decid
 
 def initial_decision(view: ClusterView) -> ScaleDecision:
     """Slurm's resume requests (and slots still REQUESTED from an earlier cycle) are demand
-    before any policy speaks."""
+    before any policy speaks. On an all-or-nothing template, each job's nodes (as
+    SLURM_RESUME_FILE named them) are a launch of their own, together."""
     by_template: dict[str, list[str]] = {}
     for node in sorted(view.burst_nodes(NodeState.REQUESTED), key=lambda n: n.name):
         if node.template:
             by_template.setdefault(node.template, []).append(node.name)
     launches = []
     for template, names in sorted(by_template.items()):
-        jobs = sorted({j for n in names for j in view.resume_requests.get(n, ())})
-        reason = "Slurm resume request" + (f" for jobs {','.join(jobs)}" if jobs else "")
-        launches.append(Launch(template, len(names), reason, jobs=tuple(jobs), nodes=tuple(names)))
+        loose = names
+        if view.templates[template].all_or_nothing:
+            groups, loose = job_groups(view, names)
+            for job, group in groups.items():
+                reason = f"Slurm resume request for job {job}: {len(group)} nodes together"
+                launches.append(
+                    Launch(template, len(group), reason, jobs=(job,), nodes=group, together=True)
+                )
+        if loose:
+            jobs = sorted({j for n in loose for j in view.resume_requests.get(n, ())})
+            reason = "Slurm resume request" + (f" for jobs {','.join(jobs)}" if jobs else "")
+            launches.append(
+                Launch(template, len(loose), reason, jobs=tuple(jobs), nodes=tuple(loose))
+            )
     return ScaleDecision(launches=tuple(launches))
+
+
+def job_groups(view: ClusterView, names: list[str]) -> tuple[dict[str, tuple[str, ...]], list[str]]:
+    """The nodes of each job that asked for more than one of `names` (a node goes with the
+    first job named for it), and the nodes no such job holds. A node whose resume request
+    has not reached cm-scale yet (Slurm showed it powering up first: "a resume request we
+    missed") goes with the job Slurm is configuring on it."""
+    by_job: dict[str, list[str]] = {}
+    configuring: dict[str, str] | None = None
+    for name in names:
+        jobs = view.resume_requests.get(name, ())
+        job = jobs[0] if jobs else None
+        if job is None:
+            if configuring is None:
+                configuring = {n: j.job_id for j in view.running for n in j.nodes}
+            job = configuring.get(name)
+        if job:
+            by_job.setdefault(job, []).append(name)
+    groups = {job: tuple(group) for job, group in by_job.items() if len(group) > 1}
+    grouped = {n for group in groups.values() for n in group}
+    return groups, [n for n in names if n not in grouped]

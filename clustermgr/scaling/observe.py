@@ -173,6 +173,7 @@ def template_views(
             min_on=t.min_on,
             idle_kw=t.idle_kw,
             fallbacks=tuple(t.fallback_templates),
+            all_or_nothing=t.all_or_nothing,
         )
     return views
 

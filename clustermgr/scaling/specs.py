@@ -74,6 +74,7 @@ class LaunchSpecs:
                 if template.placement == "per-launch"
                 else None
             ),
+            all_or_nothing=order.all_or_nothing,
         )
 
     def key_fetch(self, order: LaunchOrder) -> KeyFetch:

@@ -17,9 +17,10 @@ import errno
 import json
 import os
 import stat
+import sys
 import time
 import tomllib
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -75,16 +76,60 @@ def raw_hook_config(path: Path) -> HookConfig:
     )
 
 
-def parse_resume_file(text: str) -> dict[str, tuple[str, ...]]:
-    """SLURM_RESUME_FILE: {"jobs": [{"job_id": 1, "nodes": "c[1-2]"}], "all_nodes": ...}."""
+RESUME_FILE_MAX = 16 * 1024 * 1024  # far above 5,000 nodes in 5,000 jobs
+
+
+def parse_resume_file(
+    text: str, nodes: Collection[str] | None = None, warn: Callable[[str], None] | None = None
+) -> dict[str, tuple[str, ...]]:
+    """SLURM_RESUME_FILE: {"jobs": [{"job_id": 1, "nodes": "c[1-2]"}], "all_nodes": ...}
+    as slurmctld 22.05.8 writes it (a job's "nodes_resume", where a release names it so, is
+    read first): job id -> the nodes resumed for it, which all-or-nothing templates
+    launch together. Outside input: an item that is not a job id with a hostlist of nodes
+    from the hook's argument (`nodes`, when given) is skipped with a warning; a file that is
+    not that shape at all only loses the grouping (the hostlist argument is authoritative)."""
+    say = warn or _to_stderr
     try:
         data = json.loads(text)
-        return {
-            str(job["job_id"]): tuple(expand(str(job.get("nodes", ""))))
-            for job in data.get("jobs", [])
-        }
-    except (ValueError, KeyError, TypeError, AttributeError, HostlistError):
-        return {}  # the file is an optimisation; the hostlist argument is authoritative
+    except ValueError as exc:
+        say(f"SLURM_RESUME_FILE is not JSON ({str(exc)[:80]}): jobs not grouped")
+        return {}
+    items = data.get("jobs") if isinstance(data, dict) else None
+    if not isinstance(items, list):
+        say("SLURM_RESUME_FILE has no list of jobs: jobs not grouped")
+        return {}
+    jobs: dict[str, tuple[str, ...]] = {}
+    for index, item in enumerate(items):
+        job_id, names, problem = _resume_item(item, nodes)
+        if problem:
+            say(f"SLURM_RESUME_FILE jobs[{index}]: {problem}: skipped")
+        else:
+            jobs[job_id] = names
+    return jobs
+
+
+def _resume_item(item: object, nodes: Collection[str] | None) -> tuple[str, tuple[str, ...], str]:
+    """(job id, its nodes, "") for a good item, else ("", (), what is wrong)."""
+    if not isinstance(item, dict):
+        return "", (), "not an object"
+    job_id = item.get("job_id")
+    if isinstance(job_id, bool) or not isinstance(job_id, int | str) or not str(job_id).isdigit():
+        return "", (), f"job_id {str(job_id)[:40]!r} is not a job id"
+    hostlist = item.get("nodes_resume", item.get("nodes"))
+    try:
+        names = tuple(expand(hostlist)) if isinstance(hostlist, str) else ()
+    except HostlistError:
+        names = ()
+    if not names:
+        return "", (), f"nodes {str(hostlist)[:60]!r} is not a Slurm hostlist"
+    strangers = [n for n in names if nodes is not None and n not in nodes]
+    if strangers:
+        return "", (), f"nodes {compress(strangers)[:60]} are not in the hook's node list"
+    return str(job_id), names, ""
+
+
+def _to_stderr(message: str) -> None:
+    print(f"clustermgr: warning: {message}", file=sys.stderr)
 
 
 def record(
@@ -109,9 +154,15 @@ def record(
     jobs: dict[str, tuple[str, ...]] = {}
     if resume_file:
         try:
-            jobs = parse_resume_file(Path(resume_file).read_text())
-        except OSError:
-            jobs = {}
+            with Path(resume_file).open("rb") as handle:
+                raw = handle.read(RESUME_FILE_MAX + 1)
+        except OSError as exc:
+            _to_stderr(f"SLURM_RESUME_FILE {resume_file}: {exc.strerror}: jobs not grouped")
+        else:
+            if len(raw) > RESUME_FILE_MAX:
+                _to_stderr(f"SLURM_RESUME_FILE over {RESUME_FILE_MAX} bytes: jobs not grouped")
+            else:
+                jobs = parse_resume_file(raw.decode("utf-8", "replace"), set(nodes))
     request = HookRequest(kind=kind, nodes=tuple(nodes), jobs=jobs, at=time.time())
     if kind == "resume" and daemon_is_stale(config):
         power_down_now(config, nodes, DAEMON_DOWN_REASON)

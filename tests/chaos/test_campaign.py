@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import run_bench_quick
 from tests.labs.chaoslab import chaos_lab
 
 # cloud -> (burst size, seed): the seed picks the burst and scale-down points
@@ -48,3 +49,13 @@ def test_a_killed_burst_and_scale_down_converge_with_nothing_lost(
     assert result.missed == [], result.line()  # the daemon really died at those points
     assert result.errors == [], result.line()  # each restarted cycle ran through
     assert [f"{phase}: {f.line()}" for phase, f in result.findings] == []
+
+
+def test_the_campaign_runner_quick_mode_runs(chaos_dir: Path) -> None:
+    """bench/chaos_campaign.py --quick (an aws lab of 6 nodes, one trial) runs here, in the
+    cloud-networks group, not with the other benches (tests/integration/test_bench_smoke.py):
+    its lab is on the AWS fake's network, which one lab at a time may use."""
+    done = run_bench_quick("chaos_campaign.py", chaos_dir, timeout=300)
+    out = done.stdout + done.stderr
+    assert done.returncode == 0, out
+    assert "| aws | 6 | 1 |" in done.stdout, out  # the table's row: 6 nodes, one trial

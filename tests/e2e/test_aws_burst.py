@@ -106,6 +106,7 @@ def write_config(
     extra: str = "",
     b_extra: str = "",
     chain: str = '[{ name = "queue_depth" }]',
+    a_nodes: int = 4,
 ) -> Path:
     config = lab_dir / "clustermgr.toml"
     config.write_text(
@@ -125,7 +126,7 @@ retry_mode = "standard"
 name = "aws-a"
 provider = "aws1"
 partition = "gpu"
-nodes = "aws-[1-4]"
+nodes = "aws-[1-{a_nodes}]"
 instance_types = ["p4d.24xlarge", "p4de.24xlarge"]
 {"" if "prices =" in extra else DEFAULT_PRICES}
 image = "{IMAGE}"
@@ -161,7 +162,7 @@ metrics_port = 0
 
 
 def make_lab(
-    lab_dir: Path, mode: str, boot_timeout_s: int = 600, **config: str
+    lab_dir: Path, mode: str, boot_timeout_s: int = 600, a_nodes: int = 4, **config: str
 ) -> Iterator[AwsLab]:
     fake = FakeAws().start()
     hooks = {}
@@ -176,7 +177,12 @@ def make_lab(
     slurm = SlurmLab(
         lab_dir / "slurm",
         [
-            NodeGroup("aws-[1-4]", cpus=2, memory_mb=1000, features=("aws1", fake.region, "aws-a")),
+            NodeGroup(
+                f"aws-[1-{a_nodes}]",
+                cpus=2,
+                memory_mb=1000,
+                features=("aws1", fake.region, "aws-a"),
+            ),
             NodeGroup(
                 "awsb-[1-2]",
                 cpus=2,
@@ -185,7 +191,7 @@ def make_lab(
                 weight=10,
             ),
         ],
-        [Partition("gpu", "aws-[1-4],awsb-[1-2]", default=True)],
+        [Partition("gpu", f"aws-[1-{a_nodes}],awsb-[1-2]", default=True)],
         resume_program=hooks["resume"],
         suspend_program=hooks["suspend"],
         resume_fail_program=hooks["resume-fail"],
@@ -217,7 +223,9 @@ def make_lab(
             ]["SubnetId"]
             for i, zone in enumerate(zones[:2], start=1)
         ]
-        path = write_config(lab_dir, slurm, fake, subnets, mode, boot_timeout_s, **config)
+        path = write_config(
+            lab_dir, slurm, fake, subnets, mode, boot_timeout_s, a_nodes=a_nodes, **config
+        )
         lab = AwsLab(slurm, fake, lab_dir, path)
         assert lab.run("clustermgr", "db", "upgrade").returncode == 0
         assert lab.run("clustermgr", "nodes", "sync").returncode == 0
@@ -503,3 +511,68 @@ def test_slurm_unreachable_acts_on_nothing_and_says_so(policy_lab: AwsLab) -> No
     assert done.returncode == 1
     assert done.stdout.strip().startswith("cycle failed: Slurm could not be read, nothing done:")
     assert lab.instances() == [] and lab.fake.calls().get("CreateFleet") is None
+
+
+WHOLE = 'scaling_strategy = "all-or-nothing"'
+
+
+@pytest.fixture
+def whole_lab(lab_dir: Path) -> Iterator[AwsLab]:
+    """aws-a (8 slots, p4d then p4de) and its fallback aws-b (2 slots) launch each job's
+    nodes all or nothing."""
+    yield from make_lab(lab_dir, "policy", a_nodes=8, extra=WHOLE, b_extra=WHOLE)
+
+
+def test_a_job_short_of_capacity_on_the_first_type_starts_whole_on_the_next(
+    whole_lab: AwsLab,
+) -> None:
+    lab = whole_lab
+    lab.fake.limit_capacity(3, "p4d.24xlarge")
+    job = lab.submit("-N", "4")
+    out = lab.once()
+    assert "launched 4" in out and "failed" not in out, out
+    instances = lab.instances()
+    assert sorted(str(i["node"]) for i in instances) == ["aws-1", "aws-2", "aws-3", "aws-4"]
+    assert {i["instance_type"] for i in instances} == {"p4de.24xlarge"}
+    assert lab.fake.calls().get("CreateFleet") == 3  # p4d in each subnet, then p4de
+    assert lab.job(job, "JobState") in ("CONFIGURING", "PENDING")
+
+
+def test_two_jobs_of_four_against_capacity_for_six_launch_exactly_one_job(
+    whole_lab: AwsLab,
+) -> None:
+    """The second job finds room for 2 of its 4 nodes: none start, its nodes go back to the
+    pool with the reason, and its fallback (2 slots) cannot take it whole. A cycle later
+    the first job's booting nodes, which Slurm gave that job, are not counted as coming for
+    the second: it is launched for again."""
+    lab = whole_lab
+    lab.fake.limit_capacity(6)
+    first = lab.submit("-N", "4")
+    second = lab.submit("-N", "4")
+    out = lab.once()
+    assert "launched 4" in out and "failed 4" in out, out
+    instances = lab.instances()
+    assert len(instances) == 4 and {i["template"] for i in instances} == {"aws-a"}
+    launched = sorted(str(i["node"]) for i in instances)
+    failed = sorted({f"aws-{i}" for i in range(1, 9)} - set(launched))
+    reason = slurm_reason(lab, failed[0])
+    assert reason.startswith("(Code:CAPACITY) AllOrNothing: all-or-nothing: got 0 of 4"), reason
+    history = json.loads(lab.run("clustermgr", "nodes", "history", failed[0], "--json").stdout)
+    assert [h["new_state"] for h in history][-2:] == ["FAILED", "POWERED_DOWN"], history
+    assert "fallback covers 0 of 4 nodes (aws-b: 2 of 4 nodes" in history[-2]["reason"]
+    for job in (first, second):
+        assert lab.job(job, "JobState") in ("CONFIGURING", "PENDING")
+    deadline = time.monotonic() + 60  # Slurm's SuspendTimeout (20 s) frees the failed slots
+
+    def settled() -> bool:
+        busy = all(lab.node(n)["State"].startswith(("ALLOC", "MIXED")) for n in launched)
+        return busy and not any("POWERING_DOWN" in lab.node(n)["State"] for n in failed)
+
+    while not settled():
+        assert time.monotonic() < deadline, [lab.node(n)["State"] for n in launched + failed]
+        time.sleep(1)
+    fleets = lab.fake.calls().get("CreateFleet", 0)
+    out = lab.once()
+    assert "failed 4" in out, out  # launched for again: still no capacity for all four
+    assert lab.fake.calls().get("CreateFleet", 0) > fleets
+    assert len(lab.instances()) == 4

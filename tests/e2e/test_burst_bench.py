@@ -6,11 +6,9 @@ in test_bench_smoke.py: its lab hangs on the AWS fake's fixed network (172.31.0.
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
-from tests.conftest import REPO, cannot_run
+from tests.conftest import cannot_run, run_bench_quick
 from tests.e2e.conftest import _can_burst
 
 
@@ -18,14 +16,7 @@ def test_a_quick_burst_ends_with_every_node_known_to_slurm(tmp_path: Path) -> No
     missing = _can_burst()
     if missing:
         cannot_run(f"the burst bench cannot run: {missing}")
-    done = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "bench_burst.py"), "--quick"],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    done = run_bench_quick("bench_burst.py", tmp_path, timeout=300)
     out = done.stdout + done.stderr
     assert done.returncode == 0, out
     assert "burst of 200 nodes in 4 jobs of 50" in done.stdout, out

@@ -52,3 +52,18 @@ def test_slurm_mode_jobs_complete_then_nodes_power_down(slurm_mode_lab: BurstLab
     history = json.loads(lab.clustermgr("events", "--since", "1h", "--json").stdout)
     assert any(e["new_state"] == "BOOTING" for e in history)
     assert any(e["new_state"] == "POWERED_DOWN" and e["old_state"] == "STOPPING" for e in history)
+
+
+def test_slurm_mode_two_node_job_is_launched_together_from_the_resume_file(
+    slurm_mode_lab: BurstLab,
+) -> None:
+    """The template has GPUs, so all-or-nothing: Slurm's resume hook gets the job's two
+    nodes in SLURM_RESUME_FILE, and cm-scale launches them as one order for that job."""
+    lab = slurm_mode_lab
+    job = lab.sbatch("-N", "2", "--wrap", "srun hostname")
+    lab.run_until(lambda: all_completed(lab, [job]), timeout_s=240)
+    assert lab.job_field(job, "NumNodes") == "2"
+    events = json.loads(lab.clustermgr("events", "--since", "1h", "--json").stdout)
+    together = f"Slurm resume request for job {job}: 2 nodes together"
+    launching = [e for e in events if e["new_state"] == "LAUNCHING"]
+    assert len(launching) == 2 and {e["reason"] for e in launching} == {together}, launching

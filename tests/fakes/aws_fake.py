@@ -7,10 +7,14 @@ credential failures. The middleware in front of it:
 - replays the first successful CreateFleet / RunInstances answer for a `ClientToken`
   (IdempotentParameterMismatch when the same token comes with other parameters);
 - fails the next N launch calls (or any action) with an EC2 error code and HTTP status;
-- limits capacity: only N more instances start; a CreateFleet asking for more is cut down
-  and answers the instances that did start plus an `Errors` entry
-  (InsufficientInstanceCapacity), a RunInstances starts as many as it can up to MaxCount
-  (moto itself would start MinCount);
+- limits capacity, in all or per instance type: only N more instances start; a CreateFleet
+  asking for more is cut down and answers the instances that did start plus an `Errors`
+  entry (InsufficientInstanceCapacity), one whose MinTargetCapacity cannot be met starts
+  none (API reference, OnDemandOptionsRequest: "If this minimum capacity isn't reached, no
+  instances are launched"), a RunInstances starts as many as it can up to MaxCount, none
+  below MinCount (moto itself would start MinCount, and ignores MinTargetCapacity);
+  per-type capacity is exact for a fleet whose overrides name one type (the all-or-nothing
+  fleets), and is taken in override order otherwise;
 - delays answers (`slow`), holds one request before or after acting on it until released
   (`hold_next`, tests/fakes/gate.py), rejects an access key id (EC2 AuthFailure 401, STS
   InvalidClientTokenId 403), and can answer CreateFleet with InvalidAction (`no_fleet_api`).
@@ -136,6 +140,7 @@ class MiddlewareState:
     faults: list[Fault] = field(default_factory=list)
     slowness: list[Slowness] = field(default_factory=list)
     capacity: int | None = None
+    type_capacity: dict[str, int] = field(default_factory=dict)  # per instance type
     no_capacity_types: set[str] = field(default_factory=set)
     rejected_keys: set[str] = field(default_factory=set)
     fleet_api: bool = True
@@ -206,9 +211,14 @@ class FaultMiddleware:
     def fail_next_launches(self, code: str, attempts: int = 1, status: int | None = None) -> None:
         self.fail_next(code, attempts, LAUNCH_ACTIONS, status)
 
-    def limit_capacity(self, instances: int | None) -> None:
+    def limit_capacity(self, instances: int | None, instance_type: str | None = None) -> None:
         with self.lock:
-            self.state.capacity = instances
+            if instance_type is None:
+                self.state.capacity = instances
+            elif instances is None:
+                self.state.type_capacity.pop(instance_type, None)
+            else:
+                self.state.type_capacity[instance_type] = instances
 
     def slow(
         self, seconds: float, attempts: int | None = None, actions: Iterable[str] | None = None
@@ -230,6 +240,7 @@ class FaultMiddleware:
             self.state.faults.clear()
             self.state.slowness.clear()
             self.state.capacity = None
+            self.state.type_capacity.clear()
             self.state.no_capacity_types.clear()
             self.state.rejected_keys.clear()
             self.state.fleet_api = True
@@ -314,10 +325,14 @@ class FaultMiddleware:
         )
         count_key = "TargetCapacitySpecification.TotalTargetCapacity" if fleet else "MaxCount"
         wanted = int(req.get(count_key, "1") or 1)
+        # all or none below it: MinTargetCapacity (OnDemandOptionsRequest), MinCount
+        minimum = int(
+            req.get("OnDemandOptions.MinTargetCapacity" if fleet else "MinCount", "1") or 1
+        )
         pool = self._pool(target, itype)
         room = sum(max(0, free) for _, free in pool)
         granted = wanted if target.open else min(wanted, room)
-        if granted == 0:
+        if granted == 0 or granted < minimum:
             if fleet:
                 return _xml_answer(_empty_fleet_xml(full_error_xml(target, itype)))
             message = f"Insufficient capacity in the targeted Capacity Reservation for {itype}."
@@ -474,19 +489,34 @@ class FaultMiddleware:
         if seconds:
             time.sleep(seconds)
 
-    def _grant(self, wanted: int) -> int:
-        """How many of `wanted` instances may start now (and reserve them)."""
+    def _grant(self, wanted: int, types: list[str]) -> Counter[str]:
+        """How many of `wanted` instances may start now, per type in `types`' order (the
+        total under "", reserved until given back)."""
         with self.lock:
-            if self.state.capacity is None:
-                return wanted
-            granted = max(0, min(wanted, self.state.capacity))
-            self.state.capacity -= granted
+            granted: Counter[str] = Counter()
+            left = (
+                wanted if self.state.capacity is None else max(0, min(wanted, self.state.capacity))
+            )
+            for itype in types or [""]:
+                room = self.state.type_capacity.get(itype, left)
+                take = max(0, min(left, room))
+                granted[itype] += take
+                left -= take
+                if itype in self.state.type_capacity:
+                    self.state.type_capacity[itype] -= take
+            total = sum(granted.values())
+            if self.state.capacity is not None:
+                self.state.capacity -= total
+            granted[""] = total
             return granted
 
-    def _give_back(self, instances: int) -> None:
+    def _give_back(self, granted: Counter[str]) -> None:
         with self.lock:
             if self.state.capacity is not None:
-                self.state.capacity += instances
+                self.state.capacity += granted[""]
+            for itype, count in granted.items():
+                if itype in self.state.type_capacity:
+                    self.state.type_capacity[itype] += count
 
     def no_capacity_for(self, instance_types: Iterable[str]) -> None:
         with self.lock:
@@ -530,11 +560,22 @@ class FaultMiddleware:
             return _xml_answer(_empty_fleet_xml(_fleet_errors(req)))
         req = narrowed
         wanted = int(req.get("TargetCapacitySpecification.TotalTargetCapacity", "0") or 0)
-        granted = self._grant(wanted)
+        minimum = max(
+            int(req.get(f"{options}.MinTargetCapacity", "0") or 0)
+            for options in ("OnDemandOptions", "SpotOptions")
+        )
+        types = list(
+            dict.fromkeys(
+                v for k, v in req.params if _OVERRIDE.match(k) and k.endswith(".InstanceType")
+            )
+        )
+        grants = self._grant(wanted, types)
+        granted = grants[""]
         if granted == wanted:
             return self._forward(environ, _encode(req.params))
         errors = _fleet_errors(req)
-        if granted == 0:
+        if granted < max(minimum, 1):
+            self._give_back(grants)
             return _xml_answer(_empty_fleet_xml(errors))
         params = _replace(req.params, "TargetCapacitySpecification.TotalTargetCapacity", granted)
         answer = self._forward(environ, _encode(params))
@@ -550,9 +591,10 @@ class FaultMiddleware:
             return reserved
         maximum = int(req.get("MaxCount", "1") or 1)
         minimum = int(req.get("MinCount", "1") or 1)
-        granted = self._grant(maximum)
+        grants = self._grant(maximum, [req.get("InstanceType")] if req.get("InstanceType") else [])
+        granted = grants[""]
         if granted < minimum:
-            self._give_back(granted)
+            self._give_back(grants)
             message = "We currently do not have sufficient capacity in the zone you requested."
             return _ec2_error(500, "InsufficientInstanceCapacity", message)
         # EC2 starts as many as it can up to MaxCount; moto starts MinCount: ask for `granted`
@@ -805,9 +847,10 @@ class FakeAws:
         """Fail the next `attempts` CreateFleet/RunInstances calls with `code`."""
         self.middleware.fail_next_launches(code, attempts, status)
 
-    def limit_capacity(self, instances: int | None) -> None:
-        """Only `instances` more instances can start (None: no limit)."""
-        self.middleware.limit_capacity(instances)
+    def limit_capacity(self, instances: int | None, instance_type: str | None = None) -> None:
+        """Only `instances` more instances (of `instance_type`, when named) can start (None:
+        no limit)."""
+        self.middleware.limit_capacity(instances, instance_type)
 
     def slow(
         self, seconds: float, attempts: int | None = None, actions: Iterable[str] | None = None

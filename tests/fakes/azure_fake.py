@@ -111,6 +111,7 @@ class FakeState:
     faults: list[Fault] = field(default_factory=list)
     slowness: list[Slowness] = field(default_factory=list)
     capacity: int | None = None
+    size_capacity: dict[str, int] = field(default_factory=dict)  # by lower-cased VM size
     next_ip: int = 4
     # NIC (lower-cased) -> (the VM it is reserved for, monotonic time the reservation ends)
     reserved_nics: dict[str, tuple[str, float]] = field(default_factory=dict)
@@ -275,11 +276,17 @@ class FakeAzure(HttpFake):
             extra=copy.deepcopy(shape.extra),
         )
 
-    def limit_capacity(self, instances: int | None) -> None:
-        """Only `instances` more VMs can be allocated, then the operation fails with
-        ResourceOperationFailure wrapping AllocationFailed (None: no limit)."""
+    def limit_capacity(self, instances: int | None, instance_type: str | None = None) -> None:
+        """Only `instances` more VMs (of size `instance_type`, when named) can be allocated,
+        then the operation fails with ResourceOperationFailure wrapping AllocationFailed
+        (None: no limit)."""
         with self.lock:
-            self.state.capacity = instances
+            if instance_type is None:
+                self.state.capacity = instances
+            elif instances is None:
+                self.state.size_capacity.pop(instance_type.lower(), None)
+            else:
+                self.state.size_capacity[instance_type.lower()] = instances
 
     def slow(self, seconds: float, attempts: int | None = None, path_contains: str = "") -> None:
         """Delay the next `attempts` matching answers (all of them when None) by `seconds`."""
@@ -291,6 +298,7 @@ class FakeAzure(HttpFake):
             self.state.faults.clear()
             self.state.slowness.clear()
             self.state.capacity = None
+            self.state.size_capacity.clear()
 
     def set_power_state(self, vm_name: str, power: str) -> None:
         with self.lock:
@@ -640,17 +648,26 @@ class FakeAzure(HttpFake):
         error: JSON | None = None
         if failure is not None:
             error = {"code": failure.code, "message": failure.message, **(failure.extra or {})}
-        elif self.state.capacity is not None and self.state.capacity <= 0:
+        elif not self._allocate(str(body["properties"]["hardwareProfile"]["vmSize"]).lower()):
             wrapped = SHAPES["WrappedAllocationFailed"]
             error = {"code": wrapped.code, "message": wrapped.message, **wrapped.extra}
-        elif self.state.capacity is not None:
-            self.state.capacity -= 1
         vm = self._new_vm(name, body)
         self.state.vms[name.lower()] = vm
         self._attach_nics(vm)
         finish = self._finish_create(vm, error)
         op_url = self._operation(error, finish)
         return Reply(201, self._vm_view(vm, {}), {"Azure-AsyncOperation": op_url})
+
+    def _allocate(self, size: str) -> bool:
+        """Take one VM of `size` from the capacity left (False: none left)."""
+        sized = self.state.size_capacity.get(size)
+        if (self.state.capacity is not None and self.state.capacity <= 0) or sized == 0:
+            return False
+        if self.state.capacity is not None:
+            self.state.capacity -= 1
+        if sized is not None:
+            self.state.size_capacity[size] = sized - 1
+        return True
 
     def _sku_allowed(self, size: str, zones: list[str], spot: bool) -> None:
         """SkuNotAvailable (409) for a size restricted here, in a zone asked for, or as

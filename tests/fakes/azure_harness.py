@@ -91,8 +91,8 @@ class AzureHarness:
     def fail_next_launches(self, kind: ErrorKind, attempts: int = 1) -> None:
         self.fake.fail_next_vm_puts(FAULT_CODES[kind], attempts=attempts)
 
-    def limit_capacity(self, instances: int) -> None:
-        self.fake.limit_capacity(instances)
+    def limit_capacity(self, instances: int, instance_type: str | None = None) -> None:
+        self.fake.limit_capacity(instances, instance_type)
 
     def secrets(self) -> Sequence[str]:
         return [self.fake.client_secret, WRONG_SECRET]

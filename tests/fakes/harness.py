@@ -38,8 +38,9 @@ class ContractHarness(Protocol):
         (CAPACITY, QUOTA or THROTTLED), as the real cloud would signal it."""
         ...
 
-    def limit_capacity(self, instances: int) -> None:
-        """From now on the fake can start only `instances` more instances (partial launch)."""
+    def limit_capacity(self, instances: int, instance_type: str | None = None) -> None:
+        """From now on the fake can start only `instances` more instances (of
+        `instance_type`, when named; the others as before): a partial launch."""
         ...
 
     def secrets(self) -> Sequence[str]:

@@ -171,6 +171,7 @@ class FakeState:
     tokens: dict[str, datetime] = field(default_factory=dict)
     faults: list[Fault] = field(default_factory=list)
     capacity: int | None = None  # servers that can still become ACTIVE (None: unlimited)
+    flavor_capacity: dict[str, int] = field(default_factory=dict)  # the same, per flavor name
     capacity_faults: int = 0  # the next N created servers go to ERROR "No valid host"
     build_faults: list[str] = field(default_factory=list)  # the next servers' other faults
     quota_instances: int | None = None  # 403 "Quota exceeded for instances" above this
@@ -346,10 +347,16 @@ class FakeOpenStack(HttpFake):
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
 
-    def limit_capacity(self, instances: int | None) -> None:
-        """Only `instances` more servers can go ACTIVE, then "No valid host" (None: no limit)."""
+    def limit_capacity(self, instances: int | None, instance_type: str | None = None) -> None:
+        """Only `instances` more servers (of flavor `instance_type`, by name, when named) can
+        go ACTIVE, then "No valid host" (None: no limit)."""
         with self.lock:
-            self.state.capacity = instances
+            if instance_type is None:
+                self.state.capacity = instances
+            elif instances is None:
+                self.state.flavor_capacity.pop(instance_type, None)
+            else:
+                self.state.flavor_capacity[instance_type] = instances
 
     def set_quota(self, instances: int | None) -> None:
         """At most `instances` servers may exist; more is 403 (None: no quota)."""
@@ -376,6 +383,7 @@ class FakeOpenStack(HttpFake):
         with self.lock:
             self.state.faults.clear()
             self.state.capacity = None
+            self.state.flavor_capacity.clear()
             self.state.capacity_faults = 0
             self.state.build_faults.clear()
             self.state.quota_instances = None
@@ -805,10 +813,10 @@ class FakeOpenStack(HttpFake):
             "launched_at": None,
             "fault": None,
             "_views": 0,
-            "_fate": self._fate(),
+            "_fate": self._fate(str(flavor.get("name", ""))),
         }
 
-    def _fate(self) -> str:
+    def _fate(self, flavor: str) -> str:
         """ACTIVE, or ERROR when capacity is out or a build fault was injected (decided at
         creation, shown after a poll): "ERROR" (No valid host) or "ERROR:<kind>"."""
         if self.state.build_faults:
@@ -816,10 +824,13 @@ class FakeOpenStack(HttpFake):
         if self.state.capacity_faults > 0:
             self.state.capacity_faults -= 1
             return "ERROR"
+        sized = self.state.flavor_capacity.get(flavor)
+        if (self.state.capacity is not None and self.state.capacity <= 0) or sized == 0:
+            return "ERROR"
         if self.state.capacity is not None:
-            if self.state.capacity <= 0:
-                return "ERROR"
             self.state.capacity -= 1
+        if sized is not None:
+            self.state.flavor_capacity[flavor] = sized - 1
         return "ACTIVE"
 
     def _address(self) -> JSON:

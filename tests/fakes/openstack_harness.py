@@ -101,8 +101,8 @@ class OpenStackHarness:
     def fail_next_launches(self, kind: ErrorKind, attempts: int = 1) -> None:
         self.fake.fail_next_creates(FAULT_KINDS[kind], attempts=attempts)
 
-    def limit_capacity(self, instances: int) -> None:
-        self.fake.limit_capacity(instances)
+    def limit_capacity(self, instances: int, instance_type: str | None = None) -> None:
+        self.fake.limit_capacity(instances, instance_type)
 
     def secrets(self) -> Sequence[str]:
         return [self.fake.password, WRONG_PASSWORD]

@@ -295,3 +295,55 @@ def test_fake_is_controlled_over_http(aws: AwsHarness) -> None:
         assert json.loads(answer.read()) == {"ok": True}
     result = provider(aws).launch(aws.spec(names(1)), 1, "req-http")
     assert result.instances == [] and result.errors[0].kind is ErrorKind.CAPACITY
+
+
+def test_an_all_or_nothing_launch_asks_each_type_and_subnet_for_all_nodes_or_none(
+    aws: AwsHarness,
+) -> None:
+    """One CreateFleet per type x subnet, in order, each with MinTargetCapacity = the job's
+    nodes on a single type in a single zone; EC2 (the fake, as the API reference says)
+    starts none when it cannot start them all, and the next attempt gets the whole job."""
+    aws.fake.limit_capacity(3, "p4d.24xlarge")
+    prov = provider(aws)
+    calls = Calls(prov)
+    result = prov.launch(replace(aws.spec(names(4)), all_or_nothing=True), 4, "req-aon")
+    assert result.ok, result.errors
+    fleets = calls.of("CreateFleet")
+    assert len(fleets) == 3  # p4d in each subnet: none; g5 in the first subnet: all four
+    for fleet in fleets:
+        assert len(fleet["LaunchTemplateConfigs"][0]["Overrides"]) == 1
+        assert fleet["OnDemandOptions"]["MinTargetCapacity"] == 4
+        assert fleet["OnDemandOptions"]["SingleInstanceType"] is True
+        assert fleet["OnDemandOptions"]["SingleAvailabilityZone"] is True
+        assert fleet["TargetCapacitySpecification"]["TotalTargetCapacity"] == 4
+    tried = [f["LaunchTemplateConfigs"][0]["Overrides"][0] for f in fleets]
+    subnets = list(aws.subnets())
+    assert [(o["InstanceType"], o["SubnetId"]) for o in tried] == [
+        ("p4d.24xlarge", subnets[0]),
+        ("p4d.24xlarge", subnets[1]),
+        ("g5.12xlarge", subnets[0]),
+    ]
+    assert {i.zone for i in result.instances} == {result.instances[0].zone}
+    again = prov.launch(replace(aws.spec(names(4)), all_or_nothing=True), 4, "req-aon")
+    assert sorted(i.instance_id for i in again.instances) == sorted(
+        i.instance_id for i in result.instances
+    )  # a retried request id gets EC2's first answers, no second set
+    assert len(prov.list_instances()) == 4
+
+
+def test_an_all_or_nothing_launch_without_the_fleet_api_asks_min_count_for_all(
+    aws: AwsHarness,
+) -> None:
+    aws.fake.no_fleet_api()
+    aws.fake.limit_capacity(3, "p4d.24xlarge")
+    prov = provider(aws)
+    calls = Calls(prov)
+    result = prov.launch(replace(aws.spec(names(4)), all_or_nothing=True), 4, "req-aon-run")
+    assert result.ok, result.errors
+    assert {i.instance_type for i in result.instances} == {"g5.12xlarge"}
+    runs = calls.of("RunInstances")
+    assert [(r["InstanceType"], r["MinCount"], r["MaxCount"]) for r in runs] == [
+        ("p4d.24xlarge", 4, 4),
+        ("p4d.24xlarge", 4, 4),
+        ("g5.12xlarge", 4, 4),
+    ]

@@ -134,6 +134,45 @@ def test_full_reservation_without_fallback_fails_naming_it(aws: AwsHarness) -> N
     }
 
 
+def test_a_job_launched_whole_goes_on_demand_whole_when_its_reservation_is_short(
+    aws: AwsHarness, caplog: pytest.LogCaptureFixture
+) -> None:
+    """All or nothing (issue 24 item 1): a reservation that holds 2 of the job's 4 starts
+    none of them (MinTargetCapacity), and reservation_fallback = on-demand launches the
+    whole job on-demand, not the 2 it was short."""
+    add(aws, RES, 2)
+    prov = provider(aws)
+    calls = Calls(prov)
+    whole = replace(spec(aws, 4, ReservationTarget("reservation", RES)), all_or_nothing=True)
+    with caplog.at_level(logging.WARNING, logger="clustermgr.providers.aws.provider"):
+        result = prov.launch(whole, 4, "req-whole-fb")
+    assert result.ok and len(result.instances) == 4, result.errors
+    assert set(reservation_of(aws, [i.instance_id for i in result.instances]).values()) == {None}
+    assert f"capacity reservation {RES} held 0 of 4 instance(s); launching the other 4 " in (
+        caplog.text
+    )
+    fleets = calls.of("CreateFleet")
+    assert [f["OnDemandOptions"]["MinTargetCapacity"] for f in fleets] == [4, 4]
+    assert fleets[0]["ClientToken"] != fleets[1]["ClientToken"]
+
+
+def test_a_job_launched_whole_without_fallback_starts_nothing_naming_its_reservation(
+    aws: AwsHarness,
+) -> None:
+    add(aws, RES, 2)
+    prov = provider(aws)
+    target = ReservationTarget("reservation", RES, fallback=False)
+    whole = replace(spec(aws, 4, target), all_or_nothing=True)
+    result = prov.launch(whole, 4, "req-whole-nofb")
+    assert result.instances == [] and result.missing == 4
+    reasons = " ".join(e.reason() for e in result.errors)
+    assert f"capacity reservation {RES} cannot hold the launch (reservation_fallback = none)" in (
+        reasons
+    )
+    assert reasons.startswith("(Code:CAPACITY) AllOrNothing: all-or-nothing: got 0 of 4"), reasons
+    assert not [i for i in prov.list_instances().values() if i.state.value != "terminated"]
+
+
 def test_capacity_block_launches_only_inside_its_window(aws: AwsHarness) -> None:
     later = datetime.now(UTC).replace(microsecond=0) + timedelta(days=1)
     add(

@@ -77,3 +77,18 @@ def test_no_fallback_launches_only_what_the_group_holds_and_names_it(
     )
     assert "(reservation_fallback = none)" in error.reason()
     assert len(harness.fake.vm_names()) == 2
+
+
+def test_a_job_launched_whole_that_the_group_cannot_hold_starts_nothing_and_says_so(
+    harness: AzureHarness,
+) -> None:
+    """All or nothing with reservation_fallback = none: a group with room for 2 of the
+    job's 3 nodes creates no VM, and the reason counts the job's 3 nodes."""
+    provider = AzureProvider(harness.settings(), CLUSTER)
+    result = provider.launch(replace(spec(harness, 3, False), all_or_nothing=True), 3, "req-aon")
+    assert result.instances == [] and result.missing == 3
+    assert harness.fake.vm_names() == []
+    held = next(e for e in result.errors if e.code == "CapacityReservationGroupFull")
+    assert held.count == 3
+    assert "has 2 of 2 free; the job's 3 node(s) not launched, all or nothing" in held.message
+    assert result.errors[0].code == "AllOrNothing", result.errors

@@ -11,6 +11,7 @@ is the whole path: launch, registration, the job, idle scale-down, termination.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -21,7 +22,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import tomli_w
 
@@ -41,6 +42,41 @@ HOOKS = ("resume", "suspend", "resume-fail")
 CLUSTER = "e2e"
 PROVIDER = "cloud1"
 NODES = "burst-[1-3]"
+# a lab holds its network's claim (an flock, let go when its process dies) from start to stop
+NETWORK_CLAIMS = Path("/run/cm-tests-networks")
+
+
+class NetworkInUse(RuntimeError):
+    """Another process's lab is on the same fixed network."""
+
+
+def claim_network(subnet: net.Subnet) -> IO[str]:
+    """The subnet's bridge for this lab alone, or NetworkInUse naming the holder.
+
+    A cloud fake hands addresses from a fixed network (AWS's default VPC, 172.31.0.0/16), so
+    two labs on it at once share one bridge: the first to stop deletes it under the other,
+    whose slurmctld and clients then reach the subnet's addresses through the default route
+    (on this machine an HTTP proxy that answers everything: slurmctld logs "Insane message
+    length", sbatch "Unable to contact slurm controller"), and the two slurmctld reach each
+    other's slurmd at the same addresses. Tests that share such a network run in one group
+    (tests/conftest.py); this makes a test outside it fail at once, saying so."""
+    NETWORK_CLAIMS.mkdir(mode=0o700, parents=True, exist_ok=True)
+    handle = (NETWORK_CLAIMS / f"{subnet.bridge}.lock").open("a+")
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.seek(0)
+        holder = handle.read().strip() or "unknown"
+        handle.close()
+        raise NetworkInUse(
+            f"network {subnet.network} (bridge {subnet.bridge}) is in use by another lab "
+            f"({holder}); tests on a cloud fake's network must run in one group: add the "
+            "test to the cloud-networks group in tests/conftest.py"
+        ) from None
+    handle.truncate(0)
+    handle.write(f"pid {os.getpid()}: {' '.join(sys.argv)[:200]}\n")
+    handle.flush()
+    return handle
 
 
 @dataclass(frozen=True)
@@ -233,6 +269,7 @@ class CloudLab:
         self.state_dir = workdir / "state"
         self.slurm: SlurmLab | None = None
         self.agent: BootAgent | None = None
+        self._claim: IO[str] | None = None
         # billed by the second: the idle-timeout policy may stop an idle node at once
         # (by the hour, as OpenStack is by default, it keeps it to the end of the hour paid)
         self.settings: ProviderSettings = harness.settings(  # type: ignore[attr-defined]
@@ -251,6 +288,7 @@ class CloudLab:
     def start(self) -> CloudLab:
         self.state_dir.mkdir(parents=True, exist_ok=True)
         os.chmod(self.workdir, 0o755)  # noqa: S103 - SlurmUser runs the hooks from here
+        self._claim = claim_network(self.subnet)
         head = net.ensure_bridge_for(self.subnet)
         hooks = {kind: self._hook_wrapper(kind) for kind in HOOKS}
         nodes = self.options.nodes
@@ -429,11 +467,18 @@ class CloudLab:
         return "\n".join(parts)
 
     def stop(self) -> None:
-        if self.agent is not None:
-            self.agent.stop()
-        if self.slurm is not None:
-            self.slurm.stop()
-        net.remove_bridge_for(self.subnet)
+        try:
+            if self.agent is not None:
+                self.agent.stop()
+            if self.slurm is not None:
+                self.slurm.stop()
+        finally:
+            if self._claim is not None:  # a lab that could not claim the bridge leaves it be
+                try:
+                    net.remove_bridge_for(self.subnet)
+                finally:
+                    self._claim.close()  # even so: the next lab of this process may claim
+                    self._claim = None
 
 
 @contextlib.contextmanager

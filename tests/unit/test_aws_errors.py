@@ -16,6 +16,7 @@ from botocore.exceptions import (
 from clustermgr.core.errors import ErrorKind
 from clustermgr.providers.aws.errors import ERROR_KINDS, classify, kind_of
 from clustermgr.providers.aws.shapes import (
+    Attempt,
     client_token,
     content_digest,
     fleet_errors,
@@ -155,7 +156,8 @@ def test_overrides_cover_types_by_subnets_in_preference_order() -> None:
 
 def test_run_request_for_spot() -> None:
     spec = LaunchSpec("s", ("m5.large",), "ami-1", market="spot", max_spot_price=1.0)
-    request = run_request(spec, "lt", 3, "m5.large", {"AvailabilityZone": "z1"}, 5, "tok", {})
+    attempt = Attempt("lt", 3, "m5.large", {"AvailabilityZone": "z1"}, 5, "tok", {})
+    request = run_request(spec, attempt)
     assert request["LaunchTemplate"] == {"LaunchTemplateName": "lt", "Version": "3"}
     assert (request["MinCount"], request["MaxCount"]) == (1, 5)
     assert request["Placement"] == {"AvailabilityZone": "z1"}

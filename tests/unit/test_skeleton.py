@@ -180,3 +180,35 @@ def test_ttl_cache_reads_again_after_the_ttl_or_a_clear() -> None:
     assert [cache.get(lambda: next(reads)) for _ in range(2)] == [2, 2]
     cache.clear()
     assert cache.get(lambda: next(reads)) == 3
+
+
+def test_an_all_or_nothing_launch_that_comes_back_short_is_released_whole() -> None:
+    from dataclasses import replace
+
+    board = Board(fail=[BoardError("NoPower", "no power")])
+    prov = provider(board)
+    whole = replace(spec(["n1", "n2", "n3"]), all_or_nothing=True)
+    result = prov.launch(whole, 3, "r1")
+    assert result.instances == [] and board.powered == {}  # n2, n3 started, then released
+    first = result.errors[0]
+    assert (first.kind, first.code) == (ErrorKind.CAPACITY, "AllOrNothing")
+    assert first.message == "all-or-nothing: got 2 of 3, released"
+
+
+def test_what_cannot_be_released_stays_in_the_result_and_says_so() -> None:
+    """A cloud that accepts the terminate but keeps the instances: they are looked up again,
+    released once more, and then returned (the engine fails the whole order, which
+    terminates them and keeps the rows FAILED until the cloud accepted)."""
+    from dataclasses import replace
+
+    class Sticky(BoardProvider):
+        def remove(self, instance_ids: list[str], request_id: str) -> None:
+            self.board.catalog_reads += 1  # counts the tries; the board keeps them powered
+
+    board = Board(fail=[BoardError("NoPower", "no power")])
+    prov = Sticky(ProviderSettings(name="bmc", type="local", region="rack1"), "c1", board)
+    result = prov.launch(replace(spec(["n1", "n2"]), all_or_nothing=True), 2, "r1")
+    assert [i.instance_id for i in result.instances] == ["n2"] and board.catalog_reads == 2
+    assert result.errors[0].message == (
+        "all-or-nothing: got 1 of 2, release failed: the engine terminates them"
+    )

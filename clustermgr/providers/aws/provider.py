@@ -11,6 +11,11 @@ retried launch gets EC2's answer to the first one instead of a second set of ins
 One DescribeInstances (by our request tag) fills in addresses, then each new instance gets
 its node-name tag (one CreateTags per instance; already-named instances are kept as named).
 
+All or nothing (`LaunchSpec.all_or_nothing`, one job's nodes): one CreateFleet per instance
+type x subnet in order, each with MinTargetCapacity equal to the count (single type, single
+zone), so EC2 starts all of them or none; an answer that still comes back short is
+terminated at once (and looked up again) before the next type or subnet is tried.
+
 When the endpoint does not offer CreateFleet (InvalidAction / NotImplemented, as some
 EC2-compatible clouds answer; remembered for the provider's lifetime, UnsupportedOperation
 only for that launch), each batch falls back to RunInstances (MinCount 1) over the same
@@ -51,9 +56,11 @@ from clustermgr.providers.aws.errors import (
     classify,
 )
 from clustermgr.providers.aws.images import AwsMachineImages
+from clustermgr.providers.aws.launch_templates import template_version
 from clustermgr.providers.aws.objects import AwsObjectStorage
 from clustermgr.providers.aws.shapes import (
     LIVE_STATES,
+    Attempt,
     Launched,
     client_token,
     content_digest,
@@ -63,20 +70,22 @@ from clustermgr.providers.aws.shapes import (
     from_launch,
     launch_template_data,
     launch_template_name,
+    pair_unnamed,
     placements,
     root_device,
     run_launched,
     run_request,
+    shortfall,
     tag_list,
     tags_of,
     to_instance,
     to_instance_type,
+    whole_fleet_request,
 )
 from clustermgr.providers.base import (
     TAG_CLUSTER,
     TAG_NODE,
     TAG_REQUEST,
-    TAG_TEMPLATE,
     CloudInstance,
     InstanceType,
     LaunchError,
@@ -84,6 +93,7 @@ from clustermgr.providers.base import (
     LaunchSpec,
     ReservationTarget,
     ours,
+    short_whole,
 )
 from clustermgr.providers.launch_groups import PlacementGroup
 from clustermgr.providers.reservations import ReservationFacts
@@ -113,6 +123,12 @@ class FleetPlan:
     tags: dict[str, str]
     part: str = "b"  # the ClientToken's batch prefix ("f": the on-demand fallback's)
     group: str | None = None  # the launch's own cluster placement group (per-launch)
+
+    def attempt(self, itype: str, place: Mapping[str, str], count: int, token: str) -> Attempt:
+        return Attempt(self.template, self.version, itype, place, count, token, self.tags)
+
+
+Launcher = Callable[[FleetPlan, list[LaunchError]], list[Launched]]
 
 
 class AwsProvider(CloudProvider[FleetPlan]):
@@ -194,9 +210,58 @@ class AwsProvider(CloudProvider[FleetPlan]):
         return FleetPlan(spec, request_id, count, template, version, tags, group=group)
 
     def start(self, plan: FleetPlan, result: LaunchResult) -> None:
-        launched = self._launch_batches(plan, result.errors)
-        launched += self._fallback(plan, len(launched), result.errors)
+        if plan.spec.all_or_nothing:
+            launched = self._launch_whole(plan, result.errors)
+            if not launched:  # a reservation that cannot hold the job: on-demand, whole
+                launched = self._fallback(plan, 0, result.errors, self._launch_whole)
+        else:
+            launched = self._launch_batches(plan, result.errors)
+            launched += self._fallback(plan, len(launched), result.errors, self._launch_batches)
         result.instances = self._bind(plan, launched, result.errors)
+
+    def _launch_whole(self, plan: FleetPlan, errors: list[LaunchError]) -> list[Launched]:
+        """Each instance type x subnet in order, one fleet of all the nodes or none; what a
+        short answer started is released before the next attempt (what cannot be released
+        is returned, for the engine to terminate as failed)."""
+        spec = plan.spec
+        choices = [(t, p) for t in spec.instance_types for p in placements(spec)]
+        for attempt, (itype, place) in enumerate(choices):
+            if not self._fleet_api:
+                got, failed = self._run_batch(plan, plan.count, f"{plan.part}w")  # MinCount
+                errors.extend(failed)
+                return got
+            token = client_token(self.cluster, plan.request_id, f"{plan.part}w{attempt}")
+            request = with_group(
+                whole_fleet_request(spec, plan.attempt(itype, place, plan.count, token)),
+                plan.group,
+            )
+            where = place.get("SubnetId") or place.get("AvailabilityZone")
+            try:
+                answer = self.ec2().create_fleet(**request)
+            except SDK_ERRORS as exc:
+                failure = self.failure(exc)
+                if failure.code in NO_FLEET_API_CODES or failure.status == 501:
+                    self._fleet_api = failure.code == "UnsupportedOperation"
+                    got, failed = self._run_batch(plan, plan.count, f"{plan.part}w")
+                    errors.extend(failed)
+                    return got
+                errors.append(failure.launch_error(itype, where, plan.count))
+                if failure.kind is not ErrorKind.CAPACITY:
+                    return []
+                continue
+            got = fleet_launched(answer)
+            if len(got) >= plan.count:
+                return got
+            shortfall = fleet_errors(answer, plan.count - len(got))
+            errors.extend(shortfall)
+            if got:
+                left = self.release([g.instance_id for g in got], plan.request_id)
+                errors.append(short_whole(len(got), plan.count, itype, where, not left))
+                if left:
+                    return [g for g in got if g.instance_id in left]
+            if not any(e.kind is ErrorKind.CAPACITY for e in shortfall):
+                return []
+        return []
 
     def _launch_batches(self, plan: FleetPlan, errors: list[LaunchError]) -> list[Launched]:
         size, count = self.clients.options.launch_batch_size, plan.count
@@ -245,10 +310,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
                 break
             token = client_token(self.cluster, plan.request_id, f"{part}r{attempt}")
             request = run_with_group(
-                run_request(
-                    spec, plan.template, plan.version, itype, place, missing, token, plan.tags
-                ),
-                plan.group,
+                run_request(spec, plan.attempt(itype, place, missing, token)), plan.group
             )
             try:
                 answer = self.ec2().run_instances(**request)
@@ -261,7 +323,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
             got.extend(run_launched(answer))
         if len(got) < wanted and not errors:
             errors.extend(fleet_errors({}, wanted - len(got)))
-        return got, _shortfall(errors, wanted - len(got))
+        return got, shortfall(errors, wanted - len(got))
 
     # ------------------------------------------------------------------ reservations
 
@@ -283,8 +345,11 @@ class AwsProvider(CloudProvider[FleetPlan]):
                 ErrorKind.CAPACITY, why, provider=self.name, code="CapacityBlockNotActive"
             )
 
-    def _fallback(self, plan: FleetPlan, held: int, errors: list[LaunchError]) -> list[Launched]:
-        """What the reservation could not hold: on-demand, or its errors naming it."""
+    def _fallback(
+        self, plan: FleetPlan, held: int, errors: list[LaunchError], launch: Launcher
+    ) -> list[Launched]:
+        """What the reservation could not hold: on-demand (by `launch`: in batches, or whole
+        for a job launched all or nothing), or its errors naming it."""
         target = plan.spec.reservation
         if target is None or held >= plan.count or not is_full(errors):
             return []
@@ -298,7 +363,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
             plan, spec=spec, count=plan.count - held, template=template, version=version, part="f"
         )
         more: list[LaunchError] = []
-        got = self._launch_batches(rest, more)
+        got = launch(rest, more)
         errors[:] = [e for e in errors if e.code not in FULL_CODES] + more
         return got
 
@@ -419,42 +484,11 @@ class AwsProvider(CloudProvider[FleetPlan]):
             return name, cached[1]
         version = self.call(
             f"preparing launch template {name}",
-            lambda: self._template_version(spec, name, data, digest),
+            lambda: template_version(self.ec2(), self.cluster, spec, name, data, digest),
         )
         with self._lock:
             self._templates[name] = (digest, version)
         return name, version
-
-    def _template_version(
-        self, spec: LaunchSpec, name: str, data: dict[str, Any], digest: str
-    ) -> int:
-        """The version holding `data`: the latest if it does, else a new one."""
-        ec2 = self.ec2()
-        try:
-            latest = ec2.describe_launch_template_versions(
-                LaunchTemplateName=name, Versions=["$Latest"]
-            ).get("LaunchTemplateVersions", [])
-        except SDK_ERRORS as exc:
-            if not classify(exc).code.startswith("InvalidLaunchTemplateName.NotFound"):
-                raise
-            tags = {TAG_CLUSTER: self.cluster, TAG_TEMPLATE: spec.template}
-            request: dict[str, Any] = {
-                "LaunchTemplateName": name,
-                "VersionDescription": digest,
-                "LaunchTemplateData": data,
-                "TagSpecifications": [{"ResourceType": "launch-template", "Tags": tag_list(tags)}],
-            }
-            created = ec2.create_launch_template(**request)
-            return int(created["LaunchTemplate"].get("LatestVersionNumber", 1))
-        if latest and latest[0].get("VersionDescription") == digest:
-            return int(latest[0]["VersionNumber"])
-        version: dict[str, Any] = {
-            "LaunchTemplateName": name,
-            "VersionDescription": digest,
-            "LaunchTemplateData": data,
-        }
-        made = ec2.create_launch_template_version(**version)
-        return int(made["LaunchTemplateVersion"]["VersionNumber"])
 
     # ------------------------------------------------------------------ binding
 
@@ -472,7 +506,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
                 names[lnch.instance_id] = name
         taken = set(names.values())
         free = iter(n for n in plan.spec.node_names[: plan.count] if n not in taken)
-        wanted = [(lnch.instance_id, name) for lnch, name in _pair(launched, names, free)]
+        wanted = [(lnch.instance_id, name) for lnch, name in pair_unnamed(launched, names, free)]
         failed = self._tag_nodes(wanted, errors)
         names.update((iid, name) for iid, name in wanted if iid not in failed)
         return [
@@ -597,23 +631,5 @@ class AwsProvider(CloudProvider[FleetPlan]):
         return [("region", self._check_region), ("describe permission", self._check_describe)]
 
 
-def _shortfall(errors: list[LaunchError], missing: int) -> list[LaunchError]:
-    """The first error counts the instances missing, the rest 0 (so counts add up)."""
-    return [replace(e, count=missing if i == 0 else 0) for i, e in enumerate(errors)]
-
-
 def _types(names: Sequence[str]) -> dict[str, Any]:
     return {"InstanceTypes": list(names)}
-
-
-def _pair(
-    launched: list[Launched], named: dict[str, str], free: Iterator[str]
-) -> Iterator[tuple[Launched, str]]:
-    """Unnamed instances with the next free node names, in launch order."""
-    for lnch in launched:
-        if lnch.instance_id in named:
-            continue
-        name = next(free, None)
-        if name is None:
-            return
-        yield lnch, name

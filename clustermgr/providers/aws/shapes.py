@@ -6,8 +6,8 @@ import base64
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
@@ -189,6 +189,34 @@ def fleet_request(
     return request
 
 
+@dataclass(frozen=True)
+class Attempt:
+    """One launch call on one instance type in one subnet or zone."""
+
+    template: str  # the launch template's name
+    version: int
+    instance_type: str
+    place: Mapping[str, str]  # SubnetId or AvailabilityZone (or neither)
+    count: int
+    token: str
+    tags: Mapping[str, str]
+
+
+def whole_fleet_request(spec: LaunchSpec, at: Attempt) -> JSON:
+    """CreateFleet (instant) for one type in one subnet/zone that starts all `count` or none:
+    MinTargetCapacity = count, with SingleInstanceType and SingleAvailabilityZone (EC2 wants
+    one of them beside it; API reference, OnDemandOptionsRequest / SpotOptionsRequest)."""
+    one = replace(spec, instance_types=(at.instance_type,), subnets=(), zones=())
+    request = fleet_request(one, at.template, at.version, at.count, at.token, at.tags)
+    override = {**fleet_overrides(one)[0], **at.place}
+    request["LaunchTemplateConfigs"][0]["Overrides"] = [override]
+    options = "SpotOptions" if spec.market == "spot" else "OnDemandOptions"
+    request[options].update(
+        {"SingleInstanceType": True, "SingleAvailabilityZone": True, "MinTargetCapacity": at.count}
+    )
+    return request
+
+
 def fleet_launched(answer: Mapping[str, Any]) -> list[Launched]:
     found: list[Launched] = []
     for item in answer.get("Instances") or ():
@@ -235,24 +263,17 @@ def fleet_errors(answer: Mapping[str, Any], shortfall: int) -> list[LaunchError]
 # ---------------------------------------------------------------------------- RunInstances
 
 
-def run_request(
-    spec: LaunchSpec,
-    template: str,
-    version: int,
-    itype: str,
-    place: Mapping[str, str],
-    count: int,
-    token: str,
-    tags: Mapping[str, str],
-) -> JSON:
-    """RunInstances for one type in one subnet/zone: at least 1, at most `count`."""
+def run_request(spec: LaunchSpec, at: Attempt) -> JSON:
+    """RunInstances for one type in one subnet/zone: at least 1 (all of them for an
+    all-or-nothing spec: EC2 then starts none unless it can start `count`), at most `count`."""
+    place = at.place
     request: JSON = {
-        "LaunchTemplate": {"LaunchTemplateName": template, "Version": str(version)},
-        "InstanceType": itype,
-        "MinCount": 1,
-        "MaxCount": count,
-        "ClientToken": token,
-        "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list(tags)}],
+        "LaunchTemplate": {"LaunchTemplateName": at.template, "Version": str(at.version)},
+        "InstanceType": at.instance_type,
+        "MinCount": at.count if spec.all_or_nothing else 1,
+        "MaxCount": at.count,
+        "ClientToken": at.token,
+        "TagSpecifications": [{"ResourceType": "instance", "Tags": tag_list(at.tags)}],
     }
     if "SubnetId" in place:
         request["SubnetId"] = place["SubnetId"]
@@ -336,3 +357,21 @@ def to_instance_type(item: Mapping[str, Any]) -> InstanceType:
 
 def _price(value: float) -> str:
     return f"{value:.6f}".rstrip("0").rstrip(".")
+
+
+def shortfall(errors: list[LaunchError], missing: int) -> list[LaunchError]:
+    """The first error counts the instances missing, the rest 0 (so counts add up)."""
+    return [replace(e, count=missing if i == 0 else 0) for i, e in enumerate(errors)]
+
+
+def pair_unnamed(
+    launched: list[Launched], named: dict[str, str], free: Iterator[str]
+) -> Iterator[tuple[Launched, str]]:
+    """Unnamed instances with the next free node names, in launch order."""
+    for lnch in launched:
+        if lnch.instance_id in named:
+            continue
+        name = next(free, None)
+        if name is None:
+            return
+        yield lnch, name

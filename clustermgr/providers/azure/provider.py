@@ -37,6 +37,15 @@ from clustermgr.providers.azure.reservation_groups import (
     to_facts,
     whole_group,
 )
+from clustermgr.providers.azure.resources import (
+    enum_text,
+    id_name,
+    nic_refs,
+    parse_time,
+    private_ip,
+    subnet_parts,
+    throwaway_ssh_key,
+)
 from clustermgr.providers.azure.shapes import (
     Names,
     SkuFacts,
@@ -63,6 +72,7 @@ from clustermgr.providers.base import (
     LaunchResult,
     LaunchSpec,
     ReservationTarget,
+    short_whole,
 )
 from clustermgr.providers.launch_groups import PlacementGroup
 from clustermgr.providers.reservations import ReservationFacts
@@ -165,12 +175,12 @@ class AzureProvider(CloudProvider[VmPlan]):
             f"listing network interfaces in resource group {self.resource_group}",
             lambda: list(network.network_interfaces.list(self.resource_group)),
         )
-        self.nics.sweep(nics, {_last(r.id).lower() for vm in vms for r in _nic_refs(vm)})
+        self.nics.sweep(nics, {id_name(r.id).lower() for vm in vms for r in nic_refs(vm)})
         ours = [vm for vm in vms if (vm.tags or {}).get(TAG_CLUSTER) == self.cluster]
         if not ours:
             return {}
         statuses = self._power_states()
-        addresses = {str(nic.id).lower(): _private_ip(nic) for nic in nics}
+        addresses = {str(nic.id).lower(): private_ip(nic) for nic in nics}
         instances = (self._instance(vm, addresses, statuses) for vm in ours)
         return {inst.instance_id: inst for inst in instances}
 
@@ -209,7 +219,7 @@ class AzureProvider(CloudProvider[VmPlan]):
         self, vm: Any, addresses: dict[str, str | None], power: dict[str, list[str]] | None = None
     ) -> CloudInstance:
         tags = dict(vm.tags or {})
-        address = next((addresses.get(str(r.id).lower()) for r in _nic_refs(vm)), None)
+        address = next((addresses.get(str(r.id).lower()) for r in nic_refs(vm)), None)
         statuses = (power or {}).get(str(vm.id).lower(), [])
         created = getattr(vm, "time_created", None)
         return CloudInstance(
@@ -217,10 +227,10 @@ class AzureProvider(CloudProvider[VmPlan]):
             node_name=tags.get(TAG_NODE),
             state=instance_state(vm.provisioning_state, statuses),
             private_address=address,
-            instance_type=_text(vm.hardware_profile.vm_size) if vm.hardware_profile else "",
+            instance_type=enum_text(vm.hardware_profile.vm_size) if vm.hardware_profile else "",
             zone=(list(vm.zones or []) or [None])[0],
-            lifecycle="spot" if _text(vm.priority).lower() == "spot" else "on-demand",
-            launch_time=created if isinstance(created, datetime) else _parse_time(created),
+            lifecycle="spot" if enum_text(vm.priority).lower() == "spot" else "on-demand",
+            launch_time=created if isinstance(created, datetime) else parse_time(created),
             tags=tags,
         )
 
@@ -238,6 +248,11 @@ class AzureProvider(CloudProvider[VmPlan]):
         self.nics.retry()
         if plan.held_back is not None:
             result.errors.append(plan.held_back)
+        if not plan.nodes:
+            return
+        if plan.spec.all_or_nothing:
+            self._launch_whole(plan, result)
+            return
         spec, request_id, key = plan.spec, plan.request_id, plan.ssh_public_key
         outcomes = self._parallel(lambda n: self._launch_node(spec, n, request_id, key), plan.nodes)
         for outcome in outcomes:
@@ -286,7 +301,57 @@ class AzureProvider(CloudProvider[VmPlan]):
         if target.fallback:
             log.warning(beyond_line(target, free, len(nodes), request_id))
             return nodes, None
+        if spec.all_or_nothing:  # a job's nodes start together: none of them
+            return (), held_back(target, free, total, len(nodes), whole=True)
         return nodes[:free], held_back(target, free, total, len(nodes) - free)
+
+    def _launch_whole(self, plan: VmPlan, result: LaunchResult) -> None:
+        """All or nothing: each size x zone in order gets a batch of every node's VM (in
+        parallel); a batch that comes back short is deleted at once and the next size or
+        zone gets the whole batch. What cannot be deleted stays in the result (the engine
+        terminates it as failed)."""
+        spec, count = plan.spec, len(plan.nodes)
+        for itype in spec.instance_types:
+            skipped = NodeOutcome()
+            for zone in self._zones_for(spec, itype, skipped):
+                batch = functools.partial(self._launch_node_on, plan, itype=itype, zone=zone)
+                outcomes = self._parallel(batch, plan.nodes)
+                got = [o.instance for o in outcomes if o.instance is not None]
+                result.errors.extend(e for o in outcomes for e in o.errors)
+                if len(got) == count:
+                    result.instances.extend(got)
+                    return
+                if got:
+                    left = self.release([i.instance_id for i in got], plan.request_id)
+                    result.errors.append(short_whole(len(got), count, itype, zone, not left))
+                    if left:
+                        result.instances.extend(i for i in got if i.instance_id in left)
+                        return
+                if any(e.kind is not ErrorKind.CAPACITY for o in outcomes for e in o.errors):
+                    return
+            result.errors.extend(replace(e, count=count) for e in skipped.errors)
+
+    def _launch_node_on(self, plan: VmPlan, node: str, itype: str, zone: str | None) -> NodeOutcome:
+        """One node's VM of one size in one zone (reused when this request made it before)."""
+        names = names_for(self.cluster, node, plan.request_id)
+        try:
+            existing = self._get_vm(names.vm)
+            reused = self._reuse(existing, plan.request_id, names) if existing else None
+            if reused is not None:
+                return reused
+            tags = instance_tags(self.cluster, plan.spec, plan.request_id, node)
+            req = VmRequest(self.region, names, "", itype, zone, tags, plan.ssh_public_key)
+            instance, failure = self._attempt(plan.spec, req)
+            if failure is not None and failure.code == NIC_RESERVED:
+                instance, failure = self._attempt(plan.spec, req)  # once more, another NIC
+        except ProviderError as exc:
+            if exc.kind is ErrorKind.AUTH:
+                raise
+            return NodeOutcome(errors=[LaunchError(exc.kind, exc.code, str(exc), count=1)])
+        if failure is not None:
+            self._delete_leftovers(names)
+            return NodeOutcome(errors=[failure.launch_error(itype, zone, count=1)])
+        return NodeOutcome(instance=instance)
 
     def _validate(self, spec: LaunchSpec, count: int) -> str:
         """Raise INVALID (naming template and field) for what cannot work; the SSH key."""
@@ -302,7 +367,7 @@ class AzureProvider(CloudProvider[VmPlan]):
             if spec.fabric == "infiniband" and not (facts and facts.rdma):
                 why = "not an InfiniBand size (resource SKU capability RdmaEnabled)"
                 raise bad("instance_types", itype, why)
-        subnet = _subnet_parts(spec.subnets[0])
+        subnet = subnet_parts(spec.subnets[0])
         if subnet is None:
             raise bad("subnets", spec.subnets[0], "not a .../virtualNetworks/V/subnets/S id")
         network = self.network()
@@ -356,7 +421,7 @@ class AzureProvider(CloudProvider[VmPlan]):
                 bad, "key_name", key, lambda: compute.ssh_public_keys.get(self.resource_group, key)
             )
             return str(found.public_key)
-        return _throwaway_ssh_key()
+        return throwaway_ssh_key()
 
     def _launch_node(self, spec: LaunchSpec, node: str, request_id: str, key: str) -> NodeOutcome:
         """One node: reuse its VM from an earlier try, else create it (type/zone fallback)."""
@@ -430,17 +495,17 @@ class AzureProvider(CloudProvider[VmPlan]):
             self._discard_failed_vm(req.names.vm)
             self.nics.retire([nic_name])
             return None, failure
-        return self._instance(vm, {str(nic.id).lower(): _private_ip(nic)}), None
+        return self._instance(vm, {str(nic.id).lower(): private_ip(nic)}), None
 
     def _reuse(self, vm: Any, request_id: str, names: Names) -> NodeOutcome | None:
         """A VM of this name exists already: reuse it (same request), or report why not."""
-        state = _text(vm.provisioning_state).lower()
+        state = enum_text(vm.provisioning_state).lower()
         if (vm.tags or {}).get(TAG_REQUEST) != request_id:
             message = f"VM {names.vm} exists for request {(vm.tags or {}).get(TAG_REQUEST)}"
             return NodeOutcome(errors=[LaunchError(ErrorKind.OTHER, "NameInUse", message)])
         if state == "failed":  # an earlier try's: gone, with its NIC once Azure lets it go
             self._discard_failed_vm(names.vm)
-            self.nics.retire([_last(r.id) for r in _nic_refs(vm)])
+            self.nics.retire([id_name(r.id) for r in nic_refs(vm)])
             return None
         if state == "deleting":
             message = f"VM {names.vm} is being deleted"
@@ -449,9 +514,9 @@ class AzureProvider(CloudProvider[VmPlan]):
         group = self.resource_group
         nics = [
             self.call("reading NIC", functools.partial(network.network_interfaces.get, group, name))
-            for name in [_last(r.id) for r in _nic_refs(vm)][:1]
+            for name in [id_name(r.id) for r in nic_refs(vm)][:1]
         ]
-        addresses = {str(nic.id).lower(): _private_ip(nic) for nic in nics}
+        addresses = {str(nic.id).lower(): private_ip(nic) for nic in nics}
         return NodeOutcome(instance=self._instance(vm, addresses))
 
     def _get_vm(self, name: str) -> Any | None:
@@ -502,7 +567,7 @@ class AzureProvider(CloudProvider[VmPlan]):
     def _terminate_one(self, vm_name: str) -> ProviderError | None:
         try:
             vm = self._get_vm(vm_name)
-            nics = [_last(r.id) for r in _nic_refs(vm)] if vm is not None else []
+            nics = [id_name(r.id) for r in nic_refs(vm)] if vm is not None else []
             self.compute().virtual_machines.begin_delete(self.resource_group, vm_name).result()
         except ProviderError as exc:
             return exc
@@ -541,59 +606,3 @@ class AzureProvider(CloudProvider[VmPlan]):
 
     def _parallel(self, fn: Callable[[str], T], items: Sequence[str]) -> list[T]:
         return parallel(fn, items, MAX_WORKERS, "azure")
-
-
-def _subnet_parts(subnet_id: str) -> tuple[str, str, str] | None:
-    """(resource group, virtual network, subnet) of a subnet resource id."""
-    segs = [s for s in subnet_id.split("/") if s]
-    low = [s.lower() for s in segs]
-    try:
-        group = segs[low.index("resourcegroups") + 1]
-        vnet = segs[low.index("virtualnetworks") + 1]
-        subnet = segs[low.index("subnets") + 1]
-    except (ValueError, IndexError):
-        return None
-    return group, vnet, subnet
-
-
-def _nic_refs(vm: Any) -> list[Any]:
-    return list(getattr(getattr(vm, "network_profile", None), "network_interfaces", None) or [])
-
-
-def _last(resource_id: Any) -> str:
-    """The name at the end of a resource id."""
-    return str(resource_id).rstrip("/").rsplit("/", 1)[-1]
-
-
-def _private_ip(nic: Any) -> str | None:
-    for config in getattr(nic, "ip_configurations", None) or []:
-        if config.private_ip_address:
-            return str(config.private_ip_address)
-    return None
-
-
-def _text(value: Any) -> str:
-    """SDK enums are str subclasses; take their value."""
-    return str(getattr(value, "value", value) or "")
-
-
-def _parse_time(value: Any) -> datetime | None:
-    if not value:
-        return None
-    try:
-        return datetime.fromisoformat(str(value))
-    except ValueError:
-        return None
-
-
-@functools.cache
-def _throwaway_ssh_key() -> str:
-    """One per process: an RSA public key whose private half is never kept."""
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    key = rsa.generate_private_key(public_exponent=65537, key_size=3072)
-    public = key.public_key().public_bytes(
-        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
-    )
-    return public.decode("ascii") + " clustermgr-no-login"

@@ -112,11 +112,19 @@ def short_name(target: ReservationTarget) -> str:
     return f"{name} (resource group {resource_group})"
 
 
-def held_back(target: ReservationTarget, free: int, total: int, missing: int) -> LaunchError:
-    """The nodes a full group does not launch (reservation_fallback = none)."""
+def held_back(
+    target: ReservationTarget, free: int, total: int, missing: int, whole: bool = False
+) -> LaunchError:
+    """The nodes a full group does not launch (reservation_fallback = none); `whole`: all of
+    a job's nodes, launched all or nothing."""
+    held = (
+        f"the job's {missing} node(s) not launched, all or nothing"
+        if whole
+        else (f"{missing} node(s) not launched")
+    )
     message = (
         f"capacity reservation group {short_name(target)} has {free} of {total} free; "
-        f"{missing} node(s) not launched (reservation_fallback = none)"
+        f"{held} (reservation_fallback = none)"
     )
     return LaunchError(ErrorKind.CAPACITY, NO_ROOM_CODE, message, count=missing)
 

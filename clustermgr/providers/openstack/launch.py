@@ -8,6 +8,10 @@ ends in ERROR is deleted; when its fault is a scheduling failure (CAPACITY, "No 
 the node tries its next flavor in the next round. QUOTA or THROTTLED (after backoff) on a
 create stops the creations still to come in this launch: they would fail the same way.
 
+All or nothing (`LaunchSpec.all_or_nothing`): every round gives every node a server of the
+same flavor x zone; a round that does not bring them all ACTIVE is deleted at once (and
+looked up again) and the next flavor or zone gets every node.
+
 This module does not import the provider: it asks for what it needs as `Nova` (provider.py
 implements it), so the provider imports the launch and not the other way round.
 """
@@ -32,6 +36,7 @@ from clustermgr.providers.base import (
     LaunchResult,
     LaunchSpec,
     ours,
+    short_whole,
 )
 from clustermgr.providers.openstack.client import Timing
 from clustermgr.providers.openstack.errors import NOT_FOUND_CODES, fault_failure
@@ -71,6 +76,8 @@ class Nova(Protocol):
     def get_server(self, server_id: str) -> Any | None: ...
 
     def delete_server(self, server_id: str) -> None: ...
+
+    def release(self, instance_ids: Sequence[str], request_id: str) -> list[str]: ...
 
     def parallel(self, fn: Callable[[T], U], items: Sequence[T]) -> list[U]: ...
 
@@ -228,6 +235,8 @@ class Launcher:
         self.names = self.nova.flavor_names()
         try:
             self.adopt(tasks)
+            if self.spec.all_or_nothing:
+                self.whole_rounds(tasks, result)
             while any(t.wants_server or t.waiting for t in tasks):
                 self.create_round(tasks, plan)
                 self.wait_round(tasks)
@@ -241,6 +250,35 @@ class Launcher:
             if task.instance is not None:
                 result.instances.append(task.instance)
             result.errors.extend(task.errors)
+
+    def whole_rounds(self, tasks: list[NodeTask], result: LaunchResult) -> None:
+        """One flavor x zone a round for every node; a short round is released before the
+        next (what cannot be released stays, as instances, for the engine to terminate)."""
+        if all(t.instance is not None for t in tasks):  # adopted: an earlier try made them
+            return
+        for attempt in self.plan.attempts:
+            for task in tasks:
+                if task.instance is None and task.server_id is None:
+                    task.attempts, task.done = deque([attempt]), False
+            self.create_round(tasks, self.plan)
+            self.wait_round(tasks)
+            got = [t for t in tasks if t.instance is not None]
+            if len(got) == len(tasks) or self.halt is not None:
+                return
+            failed = [e for t in tasks for e in t.errors if e.kind is not ErrorKind.CAPACITY]
+            if got:
+                ids = [t.instance.instance_id for t in got if t.instance is not None]
+                left = self.nova.release(ids, self.request_id)
+                error = short_whole(len(got), len(tasks), attempt.flavor, attempt.zone, not left)
+                tasks[0].errors.append(error)
+                if left:
+                    return
+                for task in got:
+                    task.instance, task.server_id = None, None
+            if failed:
+                return
+        for task in tasks:
+            task.done = True
 
     # ------------------------------------------------------------------ reuse
 
