@@ -9,10 +9,11 @@ A slot that leaves its template's hostlist is RETIRED, never deleted.
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy.orm import object_session
+from sqlalchemy.orm import Session, object_session
 
 from clustermgr.core.errors import IllegalTransitionError
 
@@ -84,8 +85,43 @@ def transition(
     Raises IllegalTransitionError, naming the node and both states, for a move that is not
     in ALLOWED. A move to the state the node is already in is not a transition: no-op.
     """
-    from clustermgr.core.reasons import kind_of
     from clustermgr.db.models import NodeEvent
+
+    event = _move(node, new, reason, actor, now or datetime.now(UTC))
+    if event is None:
+        return
+    session = object_session(node)
+    if session is not None and node.id is not None:
+        # add the row directly: appending to node.events would first load the whole history
+        session.add(NodeEvent(node_id=node.id, **event))
+    else:
+        node.events.append(NodeEvent(**event))
+
+
+def transition_all(
+    session: Session, moves: Sequence[tuple[Node, str]], new: NodeState, actor: str, now: datetime
+) -> None:
+    """transition() for many loaded nodes (each with its reason), written at once: the node
+    rows with their other pending changes as batched UPDATEs, each row's version checked
+    (clustermgr/db/batched.py; StaleDataError as from a flush), the events as one INSERT.
+    Set every other column first: the rows are written here."""
+    from clustermgr.db.batched import flush_versioned, insert_rows
+    from clustermgr.db.models import NodeEvent
+
+    events = []
+    for node, reason in moves:
+        event = _move(node, new, reason, actor, now)
+        if event is not None:
+            events.append({"node_id": node.id, **event})
+    flush_versioned(session, [node for node, _ in moves])
+    insert_rows(session, NodeEvent.__table__, events)  # type: ignore[arg-type]
+
+
+def _move(
+    node: Node, new: NodeState, reason: str, actor: str, at: datetime
+) -> dict[str, object] | None:
+    """Set the node's state columns; the event's columns, or None when it stays put."""
+    from clustermgr.core.reasons import kind_of
 
     try:
         old = NodeState(node.state)
@@ -96,29 +132,21 @@ def transition(
             f"{node.name}` for the last state clustermgr wrote)"
         ) from None
     if old is new:
-        return
+        return None
     if not can_transition(old, new):
         raise IllegalTransitionError(
             f"node {node.name}: {old.value} -> {new.value} is not an allowed transition "
             f"(from {old.value}: {', '.join(sorted(s.value for s in ALLOWED[old]))})"
         )
-    at = now or datetime.now(UTC)
     node.state = new.value
     node.state_reason = reason
     node.state_since = at
     node.updated_at = at
-    event = NodeEvent(
-        at=at,
-        old_state=old.value,
-        new_state=new.value,
-        reason=reason,
-        reason_kind=kind_of(reason),
-        actor=actor,
-    )
-    session = object_session(node)
-    if session is not None and node.id is not None:
-        # add the row directly: appending to node.events would first load the whole history
-        event.node_id = node.id
-        session.add(event)
-    else:
-        node.events.append(event)
+    return {
+        "at": at,
+        "old_state": old.value,
+        "new_state": new.value,
+        "reason": reason,
+        "reason_kind": kind_of(reason),
+        "actor": actor,
+    }

@@ -22,13 +22,14 @@ from clustermgr.core.errors import ConfigError, ErrorKind, ProviderError, Worklo
 from clustermgr.core.inputs import usable_address
 from clustermgr.core.pricing import BillingRule, price_of
 from clustermgr.core.reasons import HOLD_PREFIX, HOLD_REASON
+from clustermgr.db.batched import insert_rows
 from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, InstanceRun, Node
 from clustermgr.db.models import ForeignInstance as ForeignRow
 from clustermgr.db.ownership import NODE_LAUNCH, issue
 from clustermgr.imaging.launch_images import ImageUnavailable
 from clustermgr.mungekey import IdentityError
-from clustermgr.nodes.states import NodeState, transition
+from clustermgr.nodes.states import NodeState, transition, transition_all
 from clustermgr.policy.view import TemplateView
 from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
 from clustermgr.scaling.clamp import LaunchOrder, StopOrder
@@ -93,11 +94,13 @@ class Actor:
         provider = self.template(order.template).provider
         with self.db.session() as session:
             issue(session, order.request_id, NODE_LAUNCH, provider, order.template, now)
-            for node in self._nodes(session, order.nodes):
-                transition(node, NodeState.LAUNCHING, order.reason, self.actor, now=now)
+            nodes = self._nodes(session, order.nodes)
+            for node in nodes:
                 node.request_id = order.request_id
                 node.market = order.market
                 node.instance_id = None
+            moves = [(node, order.reason) for node in nodes]
+            transition_all(session, moves, NodeState.LAUNCHING, self.actor, now)
 
     def launch(self, order: LaunchOrder) -> LaunchOutcome:
         """Call the provider and bind what started; the rest is failed with its reason."""
@@ -149,29 +152,28 @@ class Actor:
             return
         now = self.clock()
         template = self.template(template_name)
+        billed = template.provider not in self.onprem  # an on-prem node is its own "instance"
         with self.db.session() as session:
-            for node in self._nodes(session, list(instances)):
+            nodes = self._nodes(session, list(instances))
+            found_on = [n for n in nodes if n.state == NodeState.POWERED_DOWN.value]
+            if found_on:  # on-prem nodes found on
+                reason = "already on (BMC on, registered in Slurm): adopted"
+                moves = [(node, reason) for node in found_on]
+                transition_all(session, moves, NodeState.LAUNCHING, self.actor, now)
+            runs = []
+            for node in nodes:
                 instance = instances[node.name]
-                if node.state == NodeState.POWERED_DOWN.value:  # an on-prem node found on
-                    reason = "already on (BMC on, registered in Slurm): adopted"
-                    transition(node, NodeState.LAUNCHING, reason, self.actor, now=now)
                 hourly = price_of(
                     template.prices,
                     template.instance_types,
                     instance.instance_type,
                     instance.lifecycle,
                 )
-                bind_instance(
-                    session,
-                    node,
-                    instance,
-                    template.name,
-                    now,
-                    self.actor,
-                    hourly,
-                    # an on-prem node is its own "instance" every power cycle, and unbilled
-                    billed=template.provider not in self.onprem,
-                )
+                runs.append(hold_instance(node, instance, template.name, now, hourly))
+            moves = [(node, started(instances[node.name])) for node in nodes]
+            transition_all(session, moves, NodeState.BOOTING, self.actor, now)
+            if billed:  # every power cycle, unbilled
+                insert_rows(session, InstanceRun.__table__, runs)  # type: ignore[arg-type]
 
     def wake(self, names: Sequence[str]) -> None:
         """Ask Slurm to power the nodes up before their instances exist: slurmctld ends
@@ -452,42 +454,29 @@ class Actor:
         )
 
 
-def bind_instance(
-    session: Session,
-    node: Node,
-    instance: CloudInstance,
-    template: str,
-    now: datetime,
-    actor: str,
-    hourly_price: float,
-    billed: bool = True,
-) -> None:
+def hold_instance(
+    node: Node, instance: CloudInstance, template: str, now: datetime, hourly_price: float
+) -> dict[str, object]:
+    """Record the instance on the node (not its state); the columns of its cost record."""
     node.instance_id = instance.instance_id
     node.instance_type = instance.instance_type
     node.private_address = instance.private_address
     node.market = instance.lifecycle
     node.launched_at = instance.launch_time or now
-    transition(
-        node,
-        NodeState.BOOTING,
-        f"instance {instance.instance_id} ({instance.instance_type}) started",
-        actor,
-        now=now,
-    )
-    if not billed:
-        return
-    session.add(
-        InstanceRun(
-            node=node.name,
-            template=template,
-            provider=node.provider or "",
-            instance_id=instance.instance_id,
-            instance_type=instance.instance_type,
-            market=instance.lifecycle,
-            hourly_price=hourly_price,
-            started_at=node.launched_at,
-        )
-    )
+    return {
+        "node": node.name,
+        "template": template,
+        "provider": node.provider or "",
+        "instance_id": instance.instance_id,
+        "instance_type": instance.instance_type,
+        "market": instance.lifecycle,
+        "hourly_price": hourly_price,
+        "started_at": node.launched_at,
+    }
+
+
+def started(instance: CloudInstance) -> str:
+    return f"instance {instance.instance_id} ({instance.instance_type}) started"
 
 
 def release_instance(session: Session, node: Node, now: datetime, billing: BillingRule) -> None:
