@@ -3,9 +3,9 @@
 The ORM writes a mapper with a `version_id_col` (the nodes: `Node.version`) one UPDATE per
 row, never as an executemany, because it checks each row's rowcount; a 5,000-node burst
 then costs 10,000 node UPDATEs plus 10,000 event INSERTs of one row each
-(bench/bench_burst.py). `flush_versioned` writes the pending changes of many loaded rows as
-one executemany UPDATE per set of changed columns, each row still `WHERE id = ? AND
-version = ?` with the version moved on by one, and raises the ORM's own StaleDataError
+(bench/bench_burst.py). `update_versioned` writes new column values of many loaded rows as
+one executemany UPDATE per set of columns, each row still `WHERE id = ? AND version = ?`
+with the version moved on by one, and raises the ORM's own StaleDataError
 (the transaction rolls back whole) when fewer rows matched than were written: another
 writer moved one of them since it was read, exactly as a flush would have said.
 `insert_rows` adds rows nobody reads back in the same transaction (events, cost records)
@@ -25,26 +25,24 @@ from sqlalchemy.orm.exc import StaleDataError
 PREFIX = "v_"  # bind names must differ from the column names an UPDATE sets
 
 
-def flush_versioned(session: Session, rows: Sequence[Any]) -> int:
-    """Write the pending column changes of `rows` (persistent objects of one versioned
-    mapper, in `session`); afterwards they are clean, their version one higher. Rows with
-    no change are left alone. Returns how many rows were written."""
-    if not rows:
-        return 0
-    mapper = inspect(rows[0]).mapper
+def update_versioned(session: Session, changes: Sequence[tuple[Any, Mapping[str, Any]]]) -> None:
+    """Write each (row, {column: new value}) of loaded objects of one versioned mapper;
+    afterwards the objects hold the new values and their version one higher, with nothing
+    left for the ORM to flush (their attributes are set as committed, never as changes)."""
+    if not changes:
+        return
+    mapper = inspect(changes[0][0]).mapper
     version = mapper.version_id_col
     table = mapper.local_table
     if version is None or not isinstance(table, Table) or len(mapper.primary_key) != 1:
         raise TypeError(f"{mapper.class_.__name__} is not a versioned single-key table")
     key = mapper.primary_key[0]
-    groups: dict[tuple[str, ...], list[tuple[Any, dict[str, Any]]]] = {}
-    for row in rows:
-        changed = _changes(row)
-        if changed:
-            groups.setdefault(tuple(sorted(changed)), []).append((row, changed))
+    groups: dict[tuple[str, ...], list[tuple[Any, Mapping[str, Any]]]] = {}
+    for row, columns in changes:
+        groups.setdefault(tuple(sorted(columns)), []).append((row, columns))
     connection = session.connection()
     sane = connection.dialect.supports_sane_multi_rowcount
-    for columns, members in groups.items():
+    for names, members in groups.items():
         statement = (
             update(table)
             .where(
@@ -56,18 +54,18 @@ def flush_versioned(session: Session, rows: Sequence[Any]) -> int:
             .values(
                 {
                     table.c[c]: bindparam(f"{PREFIX}{c}", type_=table.c[c].type)
-                    for c in (*columns, version.key)
+                    for c in (*names, version.key)
                 }
             )
         )
         params = [
             {
-                **{f"{PREFIX}{c}": v for c, v in changed.items()},
+                **{f"{PREFIX}{c}": v for c, v in columns.items()},
                 f"{PREFIX}{key.key}": getattr(row, key.key),
                 f"{PREFIX}old_version": getattr(row, version.key),
                 f"{PREFIX}{version.key}": getattr(row, version.key) + 1,
             }
-            for row, changed in members
+            for row, columns in members
         ]
         if sane:
             matched = connection.execute(statement, params).rowcount
@@ -78,24 +76,10 @@ def flush_versioned(session: Session, rows: Sequence[Any]) -> int:
                 f"UPDATE statement on table '{table.name}' expected to update "
                 f"{len(params)} row(s); {matched} were matched."
             )
-        for (row, changed), p in zip(members, params, strict=True):
-            for column, value in changed.items():
+        for (row, columns), p in zip(members, params, strict=True):
+            for column, value in columns.items():
                 set_committed_value(row, column, value)
             set_committed_value(row, version.key, p[f"{PREFIX}{version.key}"])
-    return sum(len(m) for m in groups.values())
-
-
-def _changes(row: Any) -> dict[str, Any]:
-    """The row's column attributes set since it was loaded (their new values)."""
-    state = inspect(row)
-    if not state.persistent:
-        raise ValueError(f"{state.mapper.class_.__name__} {state.identity}: not persistent")
-    changed: dict[str, Any] = {}
-    for attr in state.mapper.column_attrs:
-        history = state.attrs[attr.key].history
-        if history.added:
-            changed[attr.key] = history.added[0]
-    return changed
 
 
 def insert_rows(session: Session, table: Table, rows: Iterable[Mapping[str, Any]]) -> None:

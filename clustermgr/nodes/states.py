@@ -9,7 +9,7 @@ A slot that leaves its template's hostlist is RETIRED, never deleted.
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
@@ -19,6 +19,8 @@ from clustermgr.core.errors import IllegalTransitionError
 
 if TYPE_CHECKING:
     from clustermgr.db.models import Node
+
+Move = tuple["Node", str, Mapping[str, object]]  # a node, the reason, other columns to set
 
 
 class NodeState(enum.StrEnum):
@@ -87,9 +89,12 @@ def transition(
     """
     from clustermgr.db.models import NodeEvent
 
-    event = _move(node, new, reason, actor, now or datetime.now(UTC))
-    if event is None:
+    moved = _move(node, new, reason, actor, now or datetime.now(UTC))
+    if moved is None:
         return
+    columns, event = moved
+    for column, value in columns.items():
+        setattr(node, column, value)
     session = object_session(node)
     if session is not None and node.id is not None:
         # add the row directly: appending to node.events would first load the whole history
@@ -99,28 +104,36 @@ def transition(
 
 
 def transition_all(
-    session: Session, moves: Sequence[tuple[Node, str]], new: NodeState, actor: str, now: datetime
+    session: Session,
+    moves: Sequence[Move],
+    new: NodeState,
+    actor: str,
+    now: datetime,
 ) -> None:
-    """transition() for many loaded nodes (each with its reason), written at once: the node
-    rows with their other pending changes as batched UPDATEs, each row's version checked
-    (clustermgr/db/batched.py; StaleDataError as from a flush), the events as one INSERT.
-    Set every other column first: the rows are written here."""
-    from clustermgr.db.batched import flush_versioned, insert_rows
+    """transition() for many loaded nodes, each (node, reason, other columns to set), written
+    at once: the rows as batched UPDATEs, each row's version checked
+    (clustermgr/db/batched.py; StaleDataError as from a flush), the events as one INSERT."""
+    from clustermgr.db.batched import insert_rows, update_versioned
     from clustermgr.db.models import NodeEvent
 
+    changes: list[tuple[Node, Mapping[str, object]]] = []
     events = []
-    for node, reason in moves:
-        event = _move(node, new, reason, actor, now)
-        if event is not None:
-            events.append({"node_id": node.id, **event})
-    flush_versioned(session, [node for node, _ in moves])
+    for node, reason, more in moves:
+        moved = _move(node, new, reason, actor, now)
+        if moved is None:
+            changes.append((node, more))
+            continue
+        columns, event = moved
+        changes.append((node, {**more, **columns}))
+        events.append({"node_id": node.id, **event})
+    update_versioned(session, [(node, columns) for node, columns in changes if columns])
     insert_rows(session, NodeEvent.__table__, events)  # type: ignore[arg-type]
 
 
 def _move(
     node: Node, new: NodeState, reason: str, actor: str, at: datetime
-) -> dict[str, object] | None:
-    """Set the node's state columns; the event's columns, or None when it stays put."""
+) -> tuple[dict[str, object], dict[str, object]] | None:
+    """The node's new state columns and the event's, or None when it stays put."""
     from clustermgr.core.reasons import kind_of
 
     try:
@@ -138,11 +151,13 @@ def _move(
             f"node {node.name}: {old.value} -> {new.value} is not an allowed transition "
             f"(from {old.value}: {', '.join(sorted(s.value for s in ALLOWED[old]))})"
         )
-    node.state = new.value
-    node.state_reason = reason
-    node.state_since = at
-    node.updated_at = at
-    return {
+    columns: dict[str, object] = {
+        "state": new.value,
+        "state_reason": reason,
+        "state_since": at,
+        "updated_at": at,
+    }
+    event: dict[str, object] = {
         "at": at,
         "old_state": old.value,
         "new_state": new.value,
@@ -150,3 +165,4 @@ def _move(
         "reason_kind": kind_of(reason),
         "actor": actor,
     }
+    return columns, event

@@ -29,7 +29,7 @@ from clustermgr.db.models import ForeignInstance as ForeignRow
 from clustermgr.db.ownership import NODE_LAUNCH, issue
 from clustermgr.imaging.launch_images import ImageUnavailable
 from clustermgr.mungekey import IdentityError
-from clustermgr.nodes.states import NodeState, transition, transition_all
+from clustermgr.nodes.states import Move, NodeState, transition, transition_all
 from clustermgr.policy.view import TemplateView
 from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
 from clustermgr.scaling.clamp import LaunchOrder, StopOrder
@@ -38,6 +38,8 @@ from clustermgr.scaling.ownership import FOREIGN_VERDICT, ForeignInstance
 from clustermgr.workload.base import Workload, WorkloadNode
 
 log = logging.getLogger(__name__)
+
+ADOPTED_ON = "already on (BMC on, registered in Slurm): adopted"  # an on-prem node found on
 
 
 @dataclass
@@ -94,12 +96,8 @@ class Actor:
         provider = self.template(order.template).provider
         with self.db.session() as session:
             issue(session, order.request_id, NODE_LAUNCH, provider, order.template, now)
-            nodes = self._nodes(session, order.nodes)
-            for node in nodes:
-                node.request_id = order.request_id
-                node.market = order.market
-                node.instance_id = None
-            moves = [(node, order.reason) for node in nodes]
+            intent = {"request_id": order.request_id, "market": order.market, "instance_id": None}
+            moves = [(node, order.reason, intent) for node in self._nodes(session, order.nodes)]
             transition_all(session, moves, NodeState.LAUNCHING, self.actor, now)
 
     def launch(self, order: LaunchOrder) -> LaunchOutcome:
@@ -155,12 +153,11 @@ class Actor:
         billed = template.provider not in self.onprem  # an on-prem node is its own "instance"
         with self.db.session() as session:
             nodes = self._nodes(session, list(instances))
-            found_on = [n for n in nodes if n.state == NodeState.POWERED_DOWN.value]
-            if found_on:  # on-prem nodes found on
-                reason = "already on (BMC on, registered in Slurm): adopted"
-                moves = [(node, reason) for node in found_on]
-                transition_all(session, moves, NodeState.LAUNCHING, self.actor, now)
-            runs = []
+            found_on = [n for n in nodes if n.state == NodeState.POWERED_DOWN]
+            adopted: list[Move] = [(node, ADOPTED_ON, {}) for node in found_on]
+            transition_all(session, adopted, NodeState.LAUNCHING, self.actor, now)
+            moves: list[Move] = []
+            runs: list[dict[str, object]] = []
             for node in nodes:
                 instance = instances[node.name]
                 hourly = price_of(
@@ -169,8 +166,9 @@ class Actor:
                     instance.instance_type,
                     instance.lifecycle,
                 )
-                runs.append(hold_instance(node, instance, template.name, now, hourly))
-            moves = [(node, started(instances[node.name])) for node in nodes]
+                columns, run = held(node, instance, template.name, now, hourly)
+                moves.append((node, started(instance), columns))
+                runs.append(run)
             transition_all(session, moves, NodeState.BOOTING, self.actor, now)
             if billed:  # every power cycle, unbilled
                 insert_rows(session, InstanceRun.__table__, runs)  # type: ignore[arg-type]
@@ -454,16 +452,19 @@ class Actor:
         )
 
 
-def hold_instance(
+def held(
     node: Node, instance: CloudInstance, template: str, now: datetime, hourly_price: float
-) -> dict[str, object]:
-    """Record the instance on the node (not its state); the columns of its cost record."""
-    node.instance_id = instance.instance_id
-    node.instance_type = instance.instance_type
-    node.private_address = instance.private_address
-    node.market = instance.lifecycle
-    node.launched_at = instance.launch_time or now
-    return {
+) -> tuple[dict[str, object], dict[str, object]]:
+    """The node's columns once it holds the instance, and its cost record's."""
+    launched_at = instance.launch_time or now
+    columns: dict[str, object] = {
+        "instance_id": instance.instance_id,
+        "instance_type": instance.instance_type,
+        "private_address": instance.private_address,
+        "market": instance.lifecycle,
+        "launched_at": launched_at,
+    }
+    run: dict[str, object] = {
         "node": node.name,
         "template": template,
         "provider": node.provider or "",
@@ -471,8 +472,9 @@ def hold_instance(
         "instance_type": instance.instance_type,
         "market": instance.lifecycle,
         "hourly_price": hourly_price,
-        "started_at": node.launched_at,
+        "started_at": launched_at,
     }
+    return columns, run
 
 
 def started(instance: CloudInstance) -> str:

@@ -86,9 +86,8 @@ def test_a_row_moved_by_another_writer_fails_the_whole_batch_and_writes_nothing(
         with database.session() as other:  # another daemon moves g3 meanwhile
             theirs = other.scalars(select(Node).where(Node.name == "g3")).one()
             transition(theirs, NodeState.REQUESTED, "theirs", "other", now=NOW)
-        for node in nodes:
-            node.request_id = "r-2"
-        transition_all(session, [(n, "ours") for n in nodes], NodeState.LAUNCHING, "us", NOW)
+        moves = [(n, "ours", {"request_id": "r-2"}) for n in nodes]
+        transition_all(session, moves, NodeState.LAUNCHING, "us", NOW)
     after = rows(database)
     assert after["g3"] == ("REQUESTED", before["g3"][1] + 1, None)
     for name in ("g1", "g2", "g4"):
@@ -102,7 +101,7 @@ def test_later_orm_changes_to_a_batched_row_still_check_its_new_version(
     before = rows(database)
     with database.session() as session:
         nodes = list(session.scalars(select(Node).where(Node.name.in_(NAMES))))
-        transition_all(session, [(n, "go") for n in nodes], NodeState.LAUNCHING, "us", NOW)
+        transition_all(session, [(n, "go", {}) for n in nodes], NodeState.LAUNCHING, "us", NOW)
         nodes[0].state_reason = "changed after"  # flushed by the ORM at commit
     after = rows(database)
     assert after[nodes[0].name][1] == before[nodes[0].name][1] + 2
