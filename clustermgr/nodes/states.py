@@ -9,15 +9,18 @@ A slot that leaves its template's hostlist is RETIRED, never deleted.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING
 
-from sqlalchemy.orm import object_session
+from sqlalchemy.orm import Session, object_session
 
 from clustermgr.core.errors import IllegalTransitionError
 
 if TYPE_CHECKING:
     from clustermgr.db.models import Node
+
+Move = tuple["Node", str, Mapping[str, object]]  # a node, the reason, other columns to set
 
 
 class NodeState(enum.StrEnum):
@@ -84,8 +87,54 @@ def transition(
     Raises IllegalTransitionError, naming the node and both states, for a move that is not
     in ALLOWED. A move to the state the node is already in is not a transition: no-op.
     """
-    from clustermgr.core.reasons import kind_of
     from clustermgr.db.models import NodeEvent
+
+    moved = _move(node, new, reason, actor, now or datetime.now(UTC))
+    if moved is None:
+        return
+    columns, event = moved
+    for column, value in columns.items():
+        setattr(node, column, value)
+    session = object_session(node)
+    if session is not None and node.id is not None:
+        # add the row directly: appending to node.events would first load the whole history
+        session.add(NodeEvent(node_id=node.id, **event))
+    else:
+        node.events.append(NodeEvent(**event))
+
+
+def transition_all(
+    session: Session,
+    moves: Sequence[Move],
+    new: NodeState,
+    actor: str,
+    now: datetime,
+) -> None:
+    """transition() for many loaded nodes, each (node, reason, other columns to set), written
+    at once: the rows as batched UPDATEs, each row's version checked
+    (clustermgr/db/batched.py; StaleDataError as from a flush), the events as one INSERT."""
+    from clustermgr.db.batched import insert_rows, update_versioned
+    from clustermgr.db.models import NodeEvent
+
+    changes: list[tuple[Node, Mapping[str, object]]] = []
+    events = []
+    for node, reason, more in moves:
+        moved = _move(node, new, reason, actor, now)
+        if moved is None:
+            changes.append((node, more))
+            continue
+        columns, event = moved
+        changes.append((node, {**more, **columns}))
+        events.append({"node_id": node.id, **event})
+    update_versioned(session, [(node, columns) for node, columns in changes if columns])
+    insert_rows(session, NodeEvent.__table__, events)  # type: ignore[arg-type]
+
+
+def _move(
+    node: Node, new: NodeState, reason: str, actor: str, at: datetime
+) -> tuple[dict[str, object], dict[str, object]] | None:
+    """The node's new state columns and the event's, or None when it stays put."""
+    from clustermgr.core.reasons import kind_of
 
     try:
         old = NodeState(node.state)
@@ -96,29 +145,24 @@ def transition(
             f"{node.name}` for the last state clustermgr wrote)"
         ) from None
     if old is new:
-        return
+        return None
     if not can_transition(old, new):
         raise IllegalTransitionError(
             f"node {node.name}: {old.value} -> {new.value} is not an allowed transition "
             f"(from {old.value}: {', '.join(sorted(s.value for s in ALLOWED[old]))})"
         )
-    at = now or datetime.now(UTC)
-    node.state = new.value
-    node.state_reason = reason
-    node.state_since = at
-    node.updated_at = at
-    event = NodeEvent(
-        at=at,
-        old_state=old.value,
-        new_state=new.value,
-        reason=reason,
-        reason_kind=kind_of(reason),
-        actor=actor,
-    )
-    session = object_session(node)
-    if session is not None and node.id is not None:
-        # add the row directly: appending to node.events would first load the whole history
-        event.node_id = node.id
-        session.add(event)
-    else:
-        node.events.append(event)
+    columns: dict[str, object] = {
+        "state": new.value,
+        "state_reason": reason,
+        "state_since": at,
+        "updated_at": at,
+    }
+    event: dict[str, object] = {
+        "at": at,
+        "old_state": old.value,
+        "new_state": new.value,
+        "reason": reason,
+        "reason_kind": kind_of(reason),
+        "actor": actor,
+    }
+    return columns, event

@@ -22,13 +22,14 @@ from clustermgr.core.errors import ConfigError, ErrorKind, ProviderError, Worklo
 from clustermgr.core.inputs import usable_address
 from clustermgr.core.pricing import BillingRule, price_of
 from clustermgr.core.reasons import HOLD_PREFIX, HOLD_REASON
+from clustermgr.db.batched import insert_rows
 from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, InstanceRun, Node
 from clustermgr.db.models import ForeignInstance as ForeignRow
 from clustermgr.db.ownership import NODE_LAUNCH, issue
 from clustermgr.imaging.launch_images import ImageUnavailable
 from clustermgr.mungekey import IdentityError
-from clustermgr.nodes.states import NodeState, transition
+from clustermgr.nodes.states import Move, NodeState, transition, transition_all
 from clustermgr.policy.view import TemplateView
 from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
 from clustermgr.providers.launch_groups import PlacementGroup, PlacementGroups
@@ -38,6 +39,8 @@ from clustermgr.scaling.ownership import FOREIGN_VERDICT, ForeignInstance
 from clustermgr.workload.base import Workload, WorkloadNode
 
 log = logging.getLogger(__name__)
+
+ADOPTED_ON = "already on (BMC on, registered in Slurm): adopted"  # an on-prem node found on
 
 
 @dataclass
@@ -94,11 +97,9 @@ class Actor:
         provider = self.template(order.template).provider
         with self.db.session() as session:
             issue(session, order.request_id, NODE_LAUNCH, provider, order.template, now)
-            for node in self._nodes(session, order.nodes):
-                transition(node, NodeState.LAUNCHING, order.reason, self.actor, now=now)
-                node.request_id = order.request_id
-                node.market = order.market
-                node.instance_id = None
+            intent = {"request_id": order.request_id, "market": order.market, "instance_id": None}
+            moves = [(node, order.reason, intent) for node in self._nodes(session, order.nodes)]
+            transition_all(session, moves, NodeState.LAUNCHING, self.actor, now)
 
     def launch(self, order: LaunchOrder) -> LaunchOutcome:
         """Call the provider and bind what started; the rest is failed with its reason."""
@@ -152,29 +153,28 @@ class Actor:
             return
         now = self.clock()
         template = self.template(template_name)
+        billed = template.provider not in self.onprem  # an on-prem node is its own "instance"
         with self.db.session() as session:
-            for node in self._nodes(session, list(instances)):
+            nodes = self._nodes(session, list(instances))
+            found_on = [n for n in nodes if n.state == NodeState.POWERED_DOWN]
+            adopted: list[Move] = [(node, ADOPTED_ON, {}) for node in found_on]
+            transition_all(session, adopted, NodeState.LAUNCHING, self.actor, now)
+            moves: list[Move] = []
+            runs: list[dict[str, object]] = []
+            for node in nodes:
                 instance = instances[node.name]
-                if node.state == NodeState.POWERED_DOWN.value:  # an on-prem node found on
-                    reason = "already on (BMC on, registered in Slurm): adopted"
-                    transition(node, NodeState.LAUNCHING, reason, self.actor, now=now)
                 hourly = price_of(
                     template.prices,
                     template.instance_types,
                     instance.instance_type,
                     instance.lifecycle,
                 )
-                bind_instance(
-                    session,
-                    node,
-                    instance,
-                    template.name,
-                    now,
-                    self.actor,
-                    hourly,
-                    # an on-prem node is its own "instance" every power cycle, and unbilled
-                    billed=template.provider not in self.onprem,
-                )
+                columns, run = held(node, instance, template.name, now, hourly)
+                moves.append((node, started(instance), columns))
+                runs.append(run)
+            transition_all(session, moves, NodeState.BOOTING, self.actor, now)
+            if billed:  # every power cycle, unbilled
+                insert_rows(session, InstanceRun.__table__, runs)  # type: ignore[arg-type]
 
     def wake(self, names: Sequence[str]) -> None:
         """Ask Slurm to power the nodes up before their instances exist: slurmctld ends
@@ -471,42 +471,33 @@ class Actor:
         )
 
 
-def bind_instance(
-    session: Session,
-    node: Node,
-    instance: CloudInstance,
-    template: str,
-    now: datetime,
-    actor: str,
-    hourly_price: float,
-    billed: bool = True,
-) -> None:
-    node.instance_id = instance.instance_id
-    node.instance_type = instance.instance_type
-    node.private_address = instance.private_address
-    node.market = instance.lifecycle
-    node.launched_at = instance.launch_time or now
-    transition(
-        node,
-        NodeState.BOOTING,
-        f"instance {instance.instance_id} ({instance.instance_type}) started",
-        actor,
-        now=now,
-    )
-    if not billed:
-        return
-    session.add(
-        InstanceRun(
-            node=node.name,
-            template=template,
-            provider=node.provider or "",
-            instance_id=instance.instance_id,
-            instance_type=instance.instance_type,
-            market=instance.lifecycle,
-            hourly_price=hourly_price,
-            started_at=node.launched_at,
-        )
-    )
+def held(
+    node: Node, instance: CloudInstance, template: str, now: datetime, hourly_price: float
+) -> tuple[dict[str, object], dict[str, object]]:
+    """The node's columns once it holds the instance, and its cost record's."""
+    launched_at = instance.launch_time or now
+    columns: dict[str, object] = {
+        "instance_id": instance.instance_id,
+        "instance_type": instance.instance_type,
+        "private_address": instance.private_address,
+        "market": instance.lifecycle,
+        "launched_at": launched_at,
+    }
+    run: dict[str, object] = {
+        "node": node.name,
+        "template": template,
+        "provider": node.provider or "",
+        "instance_id": instance.instance_id,
+        "instance_type": instance.instance_type,
+        "market": instance.lifecycle,
+        "hourly_price": hourly_price,
+        "started_at": launched_at,
+    }
+    return columns, run
+
+
+def started(instance: CloudInstance) -> str:
+    return f"instance {instance.instance_id} ({instance.instance_type}) started"
 
 
 def release_instance(session: Session, node: Node, now: datetime, billing: BillingRule) -> None:

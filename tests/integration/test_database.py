@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,43 @@ def test_unreachable_postgres_is_one_line(tmp_path: Path) -> None:
     )
     assert "hunter2" not in result.stderr and "Traceback" not in result.stderr
     assert result.stderr.strip().count("\n") == 0
+
+
+def test_batched_moves_check_every_rows_version(db_url: str) -> None:
+    """transition_all's executemany UPDATE (clustermgr/db/batched.py) on each server: the
+    driver's summed rowcount sees a row another writer moved, the batch fails whole."""
+    from sqlalchemy.orm.exc import StaleDataError
+
+    from clustermgr.nodes.states import transition, transition_all
+
+    database = Database(db_url)
+    database.upgrade()
+    with database.session() as session:
+        sync_nodes(session, load_settings(EXAMPLE_CONFIG), None)
+    names = ["cloud1", "cloud2", "cloud3"]
+    query = select(Node).where(Node.name.in_(names)).order_by(Node.name)
+    with pytest.raises(StaleDataError), database.session() as session:
+        nodes = list(session.scalars(query))
+        with database.session() as other:
+            theirs = other.scalars(select(Node).where(Node.name == "cloud2")).one()
+            transition(theirs, NodeState.REQUESTED, "theirs", "other")
+        transition_all(
+            session, [(n, "ours", {}) for n in nodes], NodeState.LAUNCHING, "us", datetime.now(UTC)
+        )
+    with database.session() as session:
+        assert [(n.state, n.version) for n in session.scalars(query)] == [
+            ("POWERED_DOWN", 1),
+            ("REQUESTED", 2),
+            ("POWERED_DOWN", 1),
+        ]
+        nodes = list(session.scalars(query))
+        transition_all(
+            session, [(n, "ours", {}) for n in nodes], NodeState.LAUNCHING, "us", datetime.now(UTC)
+        )
+    with database.session() as session:
+        assert [(n.state, n.version) for n in session.scalars(query)] == [
+            ("LAUNCHING", 2),
+            ("LAUNCHING", 3),
+            ("LAUNCHING", 2),
+        ]
+    database.dispose()
