@@ -25,7 +25,7 @@ from clustermgr.core.errors import ConfigError, DatabaseError, SchemaOutOfDateEr
 
 # The newest migration's revision, checked without importing Alembic so the CLI and the
 # Slurm hooks start fast. tests/integration/test_database.py keeps it equal to the head.
-SCHEMA_HEAD = "0011_reservations"
+SCHEMA_HEAD = "0013_node_image_revision"
 
 
 def migrations_dir() -> Path:

@@ -47,7 +47,8 @@ class ActReport:
 
 def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: ActReport) -> None:
     """Verdicts first: what Slurm and the clouds already did is recorded before new work."""
-    record_facts(actor, snapshot, judgment)
+    retired = actor.retire({j.node: j.reason for j in judgment.having(Verdict.RETIRE)})
+    record_facts(actor, snapshot, judgment, frozenset(retired))
     failing = judgment.having(*FAILING)
     reasons = {j.node: j.reason for j in failing}
     actor.fail(reasons, tell_slurm=_slurm_not_down(failing))
@@ -99,11 +100,15 @@ def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: A
         record(actor, "power", f"powered off {','.join(out.powered_off)}: {why}")
 
 
-def record_facts(actor: Actor, snapshot: Snapshot, judgment: Judgment) -> None:
+def record_facts(
+    actor: Actor, snapshot: Snapshot, judgment: Judgment, retired: frozenset[str] = frozenset()
+) -> None:
     """Slurm's view onto the rows, and the verdicts that are only a state change, in one
-    transaction: REGISTER (BOOTING -> UP), RESUME (REQUESTED), DRAIN (DRAINING)."""
+    transaction: REGISTER (BOOTING -> UP), RESUME (REQUESTED), DRAIN (DRAINING), and RETIRE
+    (DRAINING) of the `retired` nodes, which Slurm drained."""
     now = actor.clock()
     changes = {j.node: j for j in judgment.having(Verdict.REGISTER, Verdict.RESUME, Verdict.DRAIN)}
+    changes |= {j.node: j for j in judgment.having(Verdict.RETIRE) if j.node in retired}
     names = sorted(set(judgment.facts) | set(changes))
     with actor.db.session() as session:
         for request in judgment.requests:
@@ -119,12 +124,13 @@ def record_facts(actor: Actor, snapshot: Snapshot, judgment: Judgment) -> None:
             if facts is not None:
                 node.slurm_state = facts.slurm_state
                 node.idle_since = facts.idle_since
+                node.image_revision, node.kernel = facts.image_revision, facts.kernel
             judged = changes.get(node.name)
             if judged is None or node.state != judged.state.value:
                 continue  # changed by someone else since the snapshot: judged again next cycle
             if judged.verdict is Verdict.REGISTER:
                 transition(node, NodeState.UP, "slurmd registered", actor.actor, now=now)
-            elif judged.verdict is Verdict.DRAIN:
+            elif judged.verdict in (Verdict.DRAIN, Verdict.RETIRE):
                 transition(node, NodeState.DRAINING, judged.reason, actor.actor, now=now)
             elif node.state == NodeState.POWERED_DOWN.value:
                 jobs = judgment.resume_requests.get(node.name, ())
