@@ -80,7 +80,7 @@ def slurm_facts(node: str, scontrol: str) -> SlurmNodeFacts | None:
         gpus=gpus,
         gpu_model=model,
         slurmd_start=fields.get("SlurmdStartTime", ""),
-        extra=fields.get("Extra", ""),
+        extra="" if fields.get("Extra") in (None, "(null)") else fields["Extra"],
     )
 
 

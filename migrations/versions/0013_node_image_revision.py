@@ -17,12 +17,12 @@ depends_on = None
 
 
 def upgrade() -> None:
-    with op.batch_alter_table("nodes") as batch:
-        batch.add_column(sa.Column("image_revision", sa.String(length=64), nullable=True))
-        batch.add_column(sa.Column("kernel", sa.String(length=128), nullable=True))
+    op.add_column("nodes", sa.Column("image_revision", sa.String(length=64), nullable=True))
+    op.add_column("nodes", sa.Column("kernel", sa.String(length=128), nullable=True))
 
 
 def downgrade() -> None:
-    with op.batch_alter_table("nodes") as batch:
-        batch.drop_column("kernel")
-        batch.drop_column("image_revision")
+    # a plain DROP COLUMN (SQLite 3.35+ has it): a batch copy would drop and re-create the
+    # nodes table, and SQLite's drop cascades to every node's events
+    op.drop_column("nodes", "kernel")
+    op.drop_column("nodes", "image_revision")
