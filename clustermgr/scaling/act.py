@@ -11,7 +11,16 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy import select
 
 from clustermgr.core.hostlists import compress
-from clustermgr.core.reasons import HOLD_PREFIX, HOLD_REASON, PROTECTED, REFUSED, Reason, is_hold
+from clustermgr.core.reasons import (
+    HOLD_PREFIX,
+    HOLD_REASON,
+    IMAGE,
+    PROTECTED,
+    REFUSED,
+    Reason,
+    is_hold,
+    kind_of,
+)
 from clustermgr.db.models import ClusterEvent, Node
 from clustermgr.nodes.states import NodeState, transition
 from clustermgr.policy.view import ClusterView
@@ -58,6 +67,9 @@ def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: A
     stops = judgment.having(Verdict.STOP)
     actor.stop([StopOrder(j.node, j.reason) for j in stops])
     out.stopped.extend(j.node for j in stops)
+    # our drain of a stale image's node: lifted once it is powered down, so the slot serves
+    # again (a new instance boots the current revision)
+    actor.release([j.node for j in stops if kind_of(j.reason) == IMAGE])
     unowned = judgment.having(Verdict.POWER_DOWN)
     actor.put_down({j.node: hold_reason(_stored_reason(snapshot, j, "")) for j in unowned})
     finish_stop = judgment.having(Verdict.FINISH_STOP)
