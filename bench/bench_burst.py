@@ -47,6 +47,7 @@ from _common import fail, parser
 from clustermgr.core.hostlists import expand
 from tests.labs.chaoslab import cloud_options
 from tests.labs.cloudlab import BIN, CLOUDS, CloudLab, LabOptions
+from tests.labs.procgroup import stop_group
 
 CLIENTS = ("scontrol", "squeue", "sinfo", "sbatch", "scancel", "sacct", "srun", "sacctmgr")
 # One line per call: the client's name and its arguments (node names and job ids only; no
@@ -247,13 +248,7 @@ def run_daemon(lab: CloudLab, log: Path, profile: str | None) -> Iterator[subpro
     try:
         yield process
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
-            try:
-                process.wait(120)
-            except subprocess.TimeoutExpired:
-                os.killpg(process.pid, signal.SIGKILL)
-                process.wait(10)
+        stop_group(process, 120)
 
 
 def wait_for_idle_cycle(lab: CloudLab, pid: int, log: Path) -> None:

@@ -46,9 +46,10 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     chain = [ref.name for ref in settings.policy.chain]
     warnings = [*exposed_secret_files(settings, path)]
     warnings += settings.ldap.clear_text_warnings() if settings.ldap else []
-    from clustermgr.providers.catalog import offered_by_rows, unoffered_types
+    from clustermgr.providers.catalog import offered_by_rows, unfit_fabrics, unoffered_types
 
-    problems = unoffered_types(settings, offered_by_rows(cached_types(app)))
+    rows = cached_types(app)
+    problems = unoffered_types(settings, offered_by_rows(rows)) + unfit_fabrics(settings, rows)
     problems += [] if no_slurm else slurm_mismatches(app)
     if as_json:
         emit_json(

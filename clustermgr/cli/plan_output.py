@@ -21,7 +21,7 @@ def job_list(jobs: tuple[str, ...]) -> str:
 def verdict_rows(judgment: Judgment) -> list[dict[str, Any]]:
     """What reconcile found, as the same rows: one per node verdict that changes something,
     one per orphan sweep, one per foreign instance (left alone) and per interrupted launch
-    re-issued."""
+    re-issued, one per provider's spent per-launch placement groups."""
     rows: list[dict[str, Any]] = [
         {
             "action": f"verdict:{judged.verdict}",
@@ -70,6 +70,17 @@ def verdict_rows(judgment: Judgment) -> list[dict[str, Any]]:
     rows.extend(
         {"action": "verdict:down", "target": node, "count": 1, "market": None, "reason": fault}
         for node, fault in sorted(judgment.faults.items())
+    )
+    rows.extend(
+        {
+            "action": "verdict:placement-group",
+            "target": provider,
+            "count": len(groups),
+            "market": None,
+            "reason": "delete placement groups no launch needs: "
+            + ",".join(g.name for g in groups),
+        }
+        for provider, groups in sorted(judgment.spent_groups.items())
     )
     return rows
 

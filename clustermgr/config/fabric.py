@@ -38,5 +38,10 @@ def check_fabric(template: TemplateSettings, provider: ProviderSettings) -> None
                 f"{where}: {key} is for {kind} providers; {provider.name!r} is a "
                 f"{provider.type} provider: remove it"
             )
+        if need == "placement_group" and template.placement == "per-launch":
+            continue  # each launch gets a group of its own
         if not getattr(template, need):
-            raise ValueError(f"{where}: {key} needs {need} ({why}): set {need}")
+            raise ValueError(
+                f"{where}: {key} needs {need} ({why}): set {need}"
+                + (" or placement = 'per-launch'" if need == "placement_group" else "")
+            )

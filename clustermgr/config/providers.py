@@ -188,6 +188,11 @@ class TemplateSettings(StrictModel):
     security_groups: list[str] = []
     instance_profile: str | None = None
     placement_group: str | None = None
+    # "per-launch": each launch of 2 or more nodes gets a compact placement group of its own,
+    # made just before the launch and deleted once its nodes are gone (providers/launch_groups.py)
+    placement: Literal["template", "per-launch"] = "template"
+    # OpenStack's per-launch server group policy (default affinity)
+    placement_policy: Literal["affinity", "soft-affinity"] | None = None
     key_name: str | None = None
     network: str | None = None
     volume_size_gb: int | None = Field(None, ge=1)  # root volume; None: the image's own size
@@ -255,6 +260,15 @@ class TemplateSettings(StrictModel):
         )
         if problem:
             raise ValueError(problem)
+        if self.placement == "per-launch" and self.placement_group:
+            raise ValueError(
+                "placement 'per-launch' makes a placement group for each launch: remove "
+                "placement_group (or set placement = 'template' to use that one group)"
+            )
+        if self.placement_policy is not None and self.placement != "per-launch":
+            raise ValueError(
+                "placement_policy is for placement = 'per-launch' (the groups cm-scale makes)"
+            )
         if self.gpus and not self.gpu_model:
             raise ValueError("gpus > 0 needs gpu_model (for example 'a100')")
         for itype in self.prices:

@@ -154,7 +154,8 @@ def _check_power_template(
 
 
 def _check_reservation(template: TemplateSettings, provider: ProviderSettings) -> None:
-    """Each reservation key only where the provider's kind can launch into one."""
+    """Each reservation (and per-launch placement) key only where the provider's kind can
+    launch into one."""
     capabilities = kind_of(provider.type).capabilities
     wanted: list[tuple[str, Capability]] = []
     if template.capacity_reservation is not None:
@@ -163,6 +164,10 @@ def _check_reservation(template: TemplateSettings, provider: ProviderSettings) -
         wanted.append(("capacity_reservation_group", "capacity_reservation_group"))
     if template.market == "capacity-block":
         wanted.append(("market 'capacity-block'", "capacity_block"))
+    if template.placement == "per-launch":
+        wanted.append(("placement 'per-launch'", "per_launch_placement"))
+    if template.placement_policy is not None:
+        wanted.append(("placement_policy", "placement_policy"))
     for key, capability in wanted:
         if capability not in capabilities:
             able = " and ".join(offering(capability)) or "no installed type"

@@ -43,6 +43,8 @@ Capability = Literal[
     "capacity_reservation",  # AWS On-Demand Capacity Reservations (a template's key)
     "capacity_block",  # AWS Capacity Blocks for ML (market 'capacity-block')
     "capacity_reservation_group",  # Azure capacity reservation groups
+    "per_launch_placement",  # placement = "per-launch": a group made for each launch
+    "placement_policy",  # a template's placement_policy (OpenStack server groups)
 ]
 
 # (provider settings, the environment) -> (file, what secret it holds) for `config check`

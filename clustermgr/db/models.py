@@ -325,6 +325,8 @@ class InstanceTypeRow(Base):
     gpu_count: Mapped[int] = mapped_column(Integer, default=0)
     gpu_memory_mb: Mapped[int] = mapped_column(Integer, default=0)
     architecture: Mapped[str] = mapped_column(String(16), default="x86_64")
+    # "efa", "infiniband" (comma-separated; "" for none); NULL: the catalog does not say
+    fabrics: Mapped[str | None] = mapped_column(String(64))
     price_on_demand: Mapped[float | None] = mapped_column(Float)
     price_spot: Mapped[float | None] = mapped_column(Float)
     updated_at: Mapped[datetime] = mapped_column(default=utcnow)

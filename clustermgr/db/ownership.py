@@ -71,6 +71,27 @@ def known(
     return Ownership(frozenset(issued), frozenset(recorded), frozenset(directors))
 
 
+@dataclass(frozen=True)
+class Issued:
+    """A request id the database issued: when, and for which template (or director)."""
+
+    at: datetime
+    owner: str
+
+
+def issued(session: Session, request_ids: Collection[str]) -> dict[str, Issued]:
+    """Of these request ids, the ones the database issued (when, and whose)."""
+    found: dict[str, Issued] = {}
+    for chunk in _chunks(sorted(request_ids)):
+        query = select(
+            LaunchRequest.request_id, LaunchRequest.issued_at, LaunchRequest.owner
+        ).where(LaunchRequest.request_id.in_(chunk))
+        found.update(
+            (request_id, Issued(at, owner)) for request_id, at, owner in session.execute(query)
+        )
+    return found
+
+
 def _chunks(ids: Sequence[str]) -> Iterator[Sequence[str]]:
     for start in range(0, len(ids), CHUNK):
         yield ids[start : start + CHUNK]

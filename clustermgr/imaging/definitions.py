@@ -16,12 +16,26 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from clustermgr.config import NAME_PATTERN, Settings
 from clustermgr.config.base import first_error
 from clustermgr.core.errors import ConfigError, NotFoundError
 from clustermgr.core.kinds import image_types
+from clustermgr.imaging.nameservice import (
+    DirectoryFacts,
+    NameService,
+    directory_facts,
+    render_nameservice_script,
+)
+from clustermgr.imaging.packages import PackageMirror, outside_mounts, render_packages_script
 from clustermgr.nodes.bootstrap import AtTemplate, BootstrapFacts, bootstrap_facts, render_bootstrap
 
 IMAGES_DIR_ENV = "CLUSTERMGR_IMAGES_DIR"
@@ -56,6 +70,8 @@ class ImageDefinition(_Strict):
     user_data: str = Field(min_length=1)  # a template file next to the TOML
     base: dict[str, BaseImage] = {}  # by provider type: one that boots images (not on-prem)
     nfs_mounts: list[NfsMount] = []
+    packages: PackageMirror | None = None  # installed at boot from the director's mirror
+    name_service: NameService | None = None  # users and groups from the director's replica
 
     @field_validator("base")
     @classmethod
@@ -67,6 +83,19 @@ class ImageDefinition(_Strict):
                     f"(known: {', '.join(image_types())})"
                 )
         return base
+
+    @model_validator(mode="after")
+    def _mirror_on_a_director_mount(self) -> ImageDefinition:
+        if self.packages is not None:
+            director_mounts = [m.path for m in self.nfs_mounts if m.server == "director"]
+            outside = outside_mounts(self.packages, director_mounts)
+            if outside:
+                raise ValueError(
+                    f"packages: {' and '.join(outside)} must be under a director mount "
+                    f"({', '.join(director_mounts) or 'none in nfs_mounts'}): the mirror is "
+                    "read from the director's verified tree"
+                )
+        return self
 
     @field_validator("tree")
     @classmethod
@@ -92,12 +121,13 @@ class LoadedImage:
 @dataclass(frozen=True)
 class ClusterFacts:
     """Everything a user-data template may use; each field is an `@{name}` placeholder
-    (plus `image`, `director_path`, `nfs_mounts` and `bootstrap_b64`
-    from the image itself)."""
+    (plus `image`, `director_path`, `nfs_mounts`, `bootstrap_b64`, `packages_b64` and
+    `nameservice_b64` from the image itself)."""
 
     boot: BootstrapFacts
     director_address: str  # the region's director (image tree, LDAP replica)
     revision: str = ""  # the image revision the director serves ("" before any sync)
+    directory: DirectoryFacts | None = None  # the replica nodes read users from ([ldap])
 
 
 def default_images_dir() -> Path:
@@ -142,6 +172,12 @@ def load_image(path: Path) -> LoadedImage:
         raise ConfigError(
             f"{path}: user_data: cannot read template {template}: {exc.strerror}"
         ) from None
+    for section, step in (("packages", "packages_b64"), ("name_service", "nameservice_b64")):
+        if getattr(definition, section) is not None and f"@{{{step}}}" not in text:
+            raise ConfigError(
+                f"{path}: {section}: the user-data template {template.name} never writes "
+                f"@{{{step}}} (the boot step that sets it up): add it, or drop [{section}]"
+            )
     return LoadedImage(definition, path, text)
 
 
@@ -169,6 +205,7 @@ def facts_for(
     return ClusterFacts(
         boot=bootstrap_facts(settings, provider_type, controller_version),
         director_address=director_address,
+        directory=directory_facts(settings),
     )
 
 
@@ -188,6 +225,12 @@ def render(image: LoadedImage, facts: ClusterFacts) -> str:
         "director_path": definition.director_path,
         "nfs_mounts": _mounts_yaml(definition.nfs_mounts, facts),
         "bootstrap_b64": base64.b64encode(boot_script.encode()).decode(),
+        "packages_b64": _b64(render_packages_script(definition.packages)),
+        "nameservice_b64": _b64(
+            render_nameservice_script(
+                definition.name_service, facts.directory, facts.director_address
+            )
+        ),
     }
     try:
         return AtTemplate(image.template_text).substitute(values)
@@ -196,6 +239,10 @@ def render(image: LoadedImage, facts: ClusterFacts) -> str:
             f"{image.source.parent / definition.user_data}: unknown or malformed placeholder "
             f"{exc} (known: {', '.join(sorted(values))})"
         ) from None
+
+
+def _b64(script: str) -> str:
+    return base64.b64encode(script.encode()).decode()
 
 
 def _mounts_yaml(mounts: list[NfsMount], facts: ClusterFacts) -> str:

@@ -42,6 +42,7 @@ from clustermgr.imaging.definitions import (
     render,
 )
 from clustermgr.imaging.machine_images import regions_in_use
+from clustermgr.imaging.nameservice import directory_facts
 from clustermgr.nodes.bootstrap import KeyFetch, bootstrap_facts
 
 CLOSE_MATCH = 0.8  # difflib ratio above which a raw id is taken for a misspelt image name
@@ -251,5 +252,5 @@ def launch_user_data(
     boot = bootstrap_facts(settings, provider_type, controller_version)
     if key is not None:
         boot = boot.with_key(key)
-    facts = ClusterFacts(boot, found.director_address, found.revision)
+    facts = ClusterFacts(boot, found.director_address, found.revision, directory_facts(settings))
     return render(found.image, facts)

@@ -83,6 +83,10 @@ class LaunchSpec:
     # the template's fabric: "efa" (AWS: an EFA interface), "infiniband" (Azure: an RDMA
     # size, accelerated networking), "sriov" (OpenStack: a port with vnic_type direct)
     fabric: Literal["efa", "infiniband", "sriov"] | None = None
+    # placement = "per-launch": a compact placement group of this launch's own, made when it
+    # has 2 or more instances (providers/launch_groups.py); the policy is OpenStack's server
+    # group policy (AWS makes a cluster placement group, Azure a proximity placement group)
+    launch_group: Literal["affinity", "soft-affinity"] | None = None
 
 
 @dataclass(frozen=True)
@@ -153,6 +157,9 @@ class InstanceType:
     gpu_count: int = 0
     gpu_memory_mb: int = 0
     architecture: str = "x86_64"
+    # the fabrics the type can carry ("efa", "infiniband"); None: the catalog does not say
+    # (an OpenStack flavor: SR-IOV is the network's and the host's, not the flavor's)
+    fabrics: frozenset[str] | None = None
 
 
 @dataclass(frozen=True)

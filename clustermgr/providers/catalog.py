@@ -47,6 +47,7 @@ def store_catalog(
                 gpu_count=itype.gpu_count,
                 gpu_memory_mb=itype.gpu_memory_mb,
                 architecture=itype.architecture,
+                fabrics=None if itype.fabrics is None else ",".join(sorted(itype.fabrics)),
                 price_on_demand=price.on_demand,
                 price_spot=price.spot,
                 updated_at=now,
@@ -83,6 +84,37 @@ def unoffered_types(settings: Settings, offered: dict[str, set[str]]) -> list[st
                     f"provider {template.provider} (region {region}); `clustermgr catalog "
                     f"--provider {template.provider}` lists what is"
                 )
+    return problems
+
+
+# a template's fabric -> what the catalog calls it, and where the cloud says so
+FABRIC_WORDS = {
+    "efa": ("EFA", "DescribeInstanceTypes NetworkInfo.EfaSupported"),
+    "infiniband": ("InfiniBand", "resource SKU capability RdmaEnabled"),
+}
+
+
+def unfit_fabrics(settings: Settings, rows: Sequence[InstanceTypeRow]) -> list[str]:
+    """One line per template instance type that lacks the template's fabric, by its
+    provider's cached catalog (types the catalog says nothing about are not judged: an
+    OpenStack flavor, a row from before the catalog read fabrics)."""
+    known = {(r.provider, r.name): r.fabrics for r in rows}
+    problems = []
+    for template in settings.templates:
+        fabric = template.fabric
+        if fabric not in FABRIC_WORDS:
+            continue
+        word, source = FABRIC_WORDS[fabric]
+        key = "efa = true" if fabric == "efa" else "infiniband = true"
+        for itype in template.instance_types:
+            fabrics = known.get((template.provider, itype))
+            if fabrics is None or fabric in fabrics.split(","):
+                continue
+            problems.append(
+                f"template {template.name}: {key}, but instance type {itype} has no {word} "
+                f"(provider {template.provider}'s catalog: {source}); choose a type with it "
+                f"or remove {key.split(' ')[0]}"
+            )
     return problems
 
 

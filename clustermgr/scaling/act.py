@@ -97,6 +97,9 @@ def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: A
     out.orphans_terminated = actor.terminate_orphans(judgment.orphans)
     if out.orphans_terminated:
         record(actor, "orphan", "terminated " + ",".join(out.orphans_terminated))
+    deleted = actor.delete_placement_groups(judgment.spent_groups)
+    if deleted:
+        record(actor, "placement", "deleted placement groups no launch needs: " + ",".join(deleted))
     listed = set(snapshot.instances) - actor.onprem
     new, gone = actor.note_foreign(judgment.foreign, listed)
     for found in new:

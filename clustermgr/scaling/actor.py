@@ -31,6 +31,7 @@ from clustermgr.mungekey import IdentityError
 from clustermgr.nodes.states import NodeState, transition
 from clustermgr.policy.view import TemplateView
 from clustermgr.providers.base import CloudInstance, LaunchError, LaunchSpec, Provider
+from clustermgr.providers.launch_groups import PlacementGroup, PlacementGroups
 from clustermgr.scaling.clamp import LaunchOrder, StopOrder
 from clustermgr.scaling.onprem import power_off_blocked
 from clustermgr.scaling.ownership import FOREIGN_VERDICT, ForeignInstance
@@ -339,6 +340,22 @@ class Actor:
         done: list[str] = []
         for provider_name, ids in sorted(orphans.items()):
             done.extend(sorted(self._terminate([(provider_name, i) for i in ids], "orphan")))
+        return done
+
+    def delete_placement_groups(self, spent: Mapping[str, Sequence[PlacementGroup]]) -> list[str]:
+        """Delete per-launch placement groups no launch needs; the names deleted. One the
+        cloud still holds (an instance still in it) or refuses is tried again next cycle."""
+        done: list[str] = []
+        for provider_name, groups in sorted(spent.items()):
+            provider = self.providers.get(provider_name)
+            if not isinstance(provider, PlacementGroups):
+                continue
+            for group in groups:
+                try:
+                    if provider.delete_placement_group(group):
+                        done.append(group.name)
+                except ProviderError as exc:
+                    log.warning("placement group %s not deleted: %s", group.name, exc)
         return done
 
     def note_foreign(

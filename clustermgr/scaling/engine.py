@@ -19,6 +19,7 @@ from clustermgr.config import Settings
 from clustermgr.core import progress_marks
 from clustermgr.core.errors import ClusterMgrError, ProviderError, WorkloadError
 from clustermgr.db.database import Database
+from clustermgr.db.ownership import issued
 from clustermgr.directors.gate import read_gate
 from clustermgr.imaging.launch_images import (
     RegionImage,
@@ -31,6 +32,7 @@ from clustermgr.policy.chain import PolicyRunner
 from clustermgr.policy.loader import load_chain
 from clustermgr.policy.view import ClusterView
 from clustermgr.providers.base import CloudInstance, Provider
+from clustermgr.providers.launch_groups import PlacementGroup, PlacementGroups
 from clustermgr.providers.registry import make_provider
 from clustermgr.scaling import act
 from clustermgr.scaling.actor import Actor
@@ -173,6 +175,7 @@ class Engine:
     def observe(self, report: CycleReport) -> Snapshot:
         workload = self.workload.snapshot()
         instances = self._list_instances(report)
+        groups = self._list_placement_groups(instances)
         now = self.clock()
         with self.db.session() as session:
             rows = read_nodes(session)
@@ -188,6 +191,9 @@ class Engine:
             )
             skip = onprem_providers(self.settings)
             ownership = read_ownership(session, instances, held, gate.requests, skip)
+            group_requests = issued(
+                session, {g.request_id for found in groups.values() for g in found}
+            )
         return Snapshot(
             now=now,
             workload=workload,
@@ -206,6 +212,8 @@ class Engine:
             unreadable_instances=rows.unreadable_instances,
             controller_version=self.controller_version(),
             images=images,
+            placement_groups=groups,
+            group_requests=group_requests,
         )
 
     def _cycle(self, report: CycleReport, dry_run: bool, decide: bool) -> None:
@@ -314,6 +322,23 @@ class Engine:
                 report.provider_errors[name] = str(exc)
                 log.warning("listing %s failed: %s", name, exc)
         return listed
+
+    def _list_placement_groups(
+        self, listed: Mapping[str, Mapping[str, CloudInstance]]
+    ) -> dict[str, list[PlacementGroup]]:
+        """The per-launch placement groups of the listed providers whose templates make them
+        (one call each); a provider that cannot list them is judged again next cycle."""
+        wanted = {t.provider for t in self.settings.templates if t.placement == "per-launch"}
+        found: dict[str, list[PlacementGroup]] = {}
+        for name in sorted(wanted & set(listed)):
+            provider = self.provider(name)
+            if not isinstance(provider, PlacementGroups):
+                continue
+            try:
+                found[name] = provider.placement_groups()
+            except (ProviderError, ClusterMgrError) as exc:
+                log.warning("listing the placement groups of %s failed: %s", name, exc)
+        return found
 
     def _reachable(self, report: CycleReport) -> dict[str, Provider]:
         return {n: p for n, p in self.providers.items() if n not in report.provider_errors}

@@ -18,11 +18,12 @@ from sqlalchemy.orm import Session
 from clustermgr.config import Settings, slurm_features
 from clustermgr.core.inputs import slurm_word_problem, usable_address
 from clustermgr.db.models import InstanceRun, Node, NodeEvent
-from clustermgr.db.ownership import Ownership, known
+from clustermgr.db.ownership import Issued, Ownership, known
 from clustermgr.imaging.launch_images import RegionImage
 from clustermgr.nodes.states import NodeState
 from clustermgr.policy.view import LaunchFailure, TemplateView
 from clustermgr.providers.base import CloudInstance
+from clustermgr.providers.launch_groups import PlacementGroup
 from clustermgr.scaling.ownership import unheld
 from clustermgr.scaling.protection import TemplateHealth
 from clustermgr.workload.base import WorkloadSnapshot
@@ -82,6 +83,10 @@ class Snapshot:
     # template -> its region's machine image, director and revision, for each template
     # naming an image definition (the launches' specs; a missing one is a wait above)
     images: Mapping[str, RegionImage] = field(default_factory=dict)
+    # provider -> its per-launch placement groups (listed providers whose templates make
+    # them), and when the database issued each group's request id (the ones it knows)
+    placement_groups: Mapping[str, Sequence[PlacementGroup]] = field(default_factory=dict)
+    group_requests: Mapping[str, Issued] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)

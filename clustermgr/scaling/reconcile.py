@@ -18,9 +18,11 @@ from clustermgr.core.reasons import BOOT_TIMEOUT, POWER, RESUME_TIMEOUT, VANISHE
 from clustermgr.imaging.node_revisions import checked_report, stale_reason
 from clustermgr.nodes.states import NodeState
 from clustermgr.providers.base import TAG_NODE, CloudInstance, InstanceState
+from clustermgr.providers.launch_groups import PlacementGroup
 from clustermgr.scaling.observe import NodeRecord, Snapshot
 from clustermgr.scaling.onprem import BUSY_STATES, onprem_providers
 from clustermgr.scaling.ownership import ForeignInstance, sweep
+from clustermgr.scaling.spent_groups import spent_groups
 from clustermgr.scaling.verdicts import (
     FAILING,
     FINISHING,
@@ -62,6 +64,8 @@ class Judgment:
     strays: dict[str, list[str]] = field(default_factory=dict)  # on-prem provider -> nodes
     faults: dict[str, str] = field(default_factory=dict)  # on-prem node -> its BMC's fault
     requests: list[HookRequest] = field(default_factory=list)
+    # provider -> per-launch placement groups no launch needs any more (scaling/spent_groups.py)
+    spent_groups: dict[str, list[PlacementGroup]] = field(default_factory=dict)
 
     def having(self, *verdicts: Verdict) -> list[Judged]:
         return [j for j in self.verdicts.values() if j.verdict in verdicts]  # in name order
@@ -121,6 +125,15 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
         onprem,
     )
     judgment.orphans, judgment.foreign = found.orphans, found.foreign
+    judgment.spent_groups = spent_groups(
+        settings.cluster.name,
+        snapshot.placement_groups,
+        snapshot.instances,
+        snapshot.nodes,
+        snapshot.group_requests,
+        snapshot.now,
+        orphan_grace_s,
+    )
     judgment.strays = on_while_powered_down(snapshot, onprem)
     judgment.faults = bmc_faults(snapshot, onprem)
     return judgment

@@ -69,6 +69,11 @@ class LaunchSpecs:
             root_volume_gb=template.volume_size_gb,
             reservation=reservation_target(template),
             fabric=template.fabric,
+            launch_group=(
+                (template.placement_policy or "affinity")
+                if template.placement == "per-launch"
+                else None
+            ),
         )
 
     def key_fetch(self, order: LaunchOrder) -> KeyFetch:

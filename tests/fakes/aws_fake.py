@@ -51,6 +51,7 @@ from moto.moto_server.werkzeug_app import (
 )
 from werkzeug.serving import make_server
 
+from tests.fakes.aws_placement import PlacementGroups
 from tests.fakes.aws_reservations import (
     FULL_CODE,
     FakeReservation,
@@ -63,6 +64,9 @@ from tests.fakes.gate import Gate, Gates
 
 REGION = "us-east-1"
 LAUNCH_ACTIONS = frozenset({"CreateFleet", "RunInstances"})
+PLACEMENT_ACTIONS = frozenset(
+    {"CreatePlacementGroup", "DescribePlacementGroups", "DeletePlacementGroup"}
+)
 CONTROL_METHODS = (
     "fail_next",
     "fail_next_launches",
@@ -149,6 +153,7 @@ class FaultMiddleware:
         self.lock = threading.RLock()
         self.state = MiddlewareState()
         self.gates = Gates()
+        self.placement = PlacementGroups()  # tests/fakes/aws_placement.py
         self._token_locks: dict[tuple[str, str], threading.Lock] = {}
 
     def __call__(self, environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
@@ -170,6 +175,7 @@ class FaultMiddleware:
         with self.lock:
             self.state = MiddlewareState()
             self._token_locks.clear()
+        self.placement.reset()
 
     def _control(self, name: str, body: bytes, start_response: StartResponse) -> list[bytes]:
         if name not in CONTROL_METHODS:
@@ -361,6 +367,8 @@ class FaultMiddleware:
             return _ec2_error(503, "ServiceUnavailable", "held by a test, never carried out")
         if req.action == "DescribeCapacityReservations":
             answer = self._describe_reservations(req)
+        elif req.action in PLACEMENT_ACTIONS:
+            answer = self._placement_groups(req)
         else:
             answer = self._carry_out(req, environ, body)
         if gate is not None:
@@ -395,10 +403,46 @@ class FaultMiddleware:
                 self.state.tokens[key] = (digest, answer)
         return answer
 
+    def _placement_groups(self, req: Request) -> Answer:
+        """Create, describe, delete (tests/fakes/aws_placement.py)."""
+        if req.action == "DescribePlacementGroups":
+            inner = self.placement.describe(req.params)
+            status, code = 200, ""
+        elif req.action == "CreatePlacementGroup":
+            status, code, inner = self.placement.create(req.params)
+        else:
+            status, code, inner = self.placement.delete(req.get("GroupName"), self._live)
+        if status != 200:
+            return _ec2_error(status, code, inner)
+        tag = f"{req.action}Response"
+        xml = f'<{tag} xmlns="{EC2_NS}"><requestId>{uuid.uuid4()}</requestId>{inner}</{tag}>'
+        return _xml_answer(xml)
+
+    def _live(self, instance_id: str) -> bool:
+        try:
+            return bool(self._backend().get_instance(instance_id).state != "terminated")
+        except Exception:  # moto forgot it (forget_terminated): gone
+            return False
+
     def _launch_or_forward(self, req: Request, environ: Environ, body: bytes) -> Answer:
         fault = self._take_fault(req.action)
         if fault is not None:
             return _ec2_error(fault.status, fault.code, fault.message)
+        params, group = self.placement.take(req.params)
+        if group is None:
+            return self._launch(req, environ, body)
+        if not self.placement.known(group):
+            return _ec2_error(
+                400, "InvalidPlacementGroup.Unknown", f"The placement group '{group}' is unknown."
+            )
+        answer = self._launch(
+            Request(req.service, req.access_key, req.action, params), environ, body
+        )
+        if answer.status.startswith("200"):
+            self.placement.seat(group, answer.body)
+        return answer
+
+    def _launch(self, req: Request, environ: Environ, body: bytes) -> Answer:
         if req.action == "CreateFleet":
             with self.lock:
                 fleet_api = self.state.fleet_api
@@ -821,6 +865,14 @@ class FakeAws:
     def calls(self) -> dict[str, int]:
         """Requests seen per action (every attempt, retries included)."""
         return self.middleware.calls()
+
+    def placement_groups(self) -> list[str]:
+        """The names of the placement groups that exist (tests/fakes/aws_placement.py)."""
+        return self.middleware.placement.names()
+
+    def placement_members(self, name: str) -> set[str]:
+        """The instances launched into a placement group (terminated ones included)."""
+        return self.middleware.placement.members(name)
 
 
 @contextlib.contextmanager

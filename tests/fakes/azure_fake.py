@@ -43,6 +43,8 @@ import trustme
 from tests.fakes import http_fake
 from tests.fakes.azure_answers import DEFAULT_SKUS, LOCATION, SHAPES, SUBSCRIPTION
 from tests.fakes.azure_gallery import Galleries
+from tests.fakes.azure_placement import group_json as ppg_json
+from tests.fakes.azure_placement import members as ppg_members
 from tests.fakes.azure_reservations import FakeGroup, FakeMember, group_json, group_of, member_json
 from tests.fakes.http_fake import JSON, HttpFake, Reply, Req
 
@@ -113,6 +115,7 @@ class FakeState:
     # NIC (lower-cased) -> (the VM it is reserved for, monotonic time the reservation ends)
     reserved_nics: dict[str, tuple[str, float]] = field(default_factory=dict)
     groups: dict[str, FakeGroup] = field(default_factory=dict)  # capacity reservation groups
+    ppgs: dict[str, JSON] = field(default_factory=dict)  # proximity placement groups
 
 
 class ArmError(Exception):
@@ -442,6 +445,7 @@ class FakeAzure(HttpFake):
             "microsoft.compute/sshpublickeys": self._ssh_keys,
             "microsoft.network/virtualnetworks": self._vnets,
             "microsoft.compute/capacityreservationgroups": self._groups,
+            "microsoft.compute/proximityplacementgroups": self._ppgs,
         }.get(kind)
         if handler is None:
             raise ArmError(404, "NotFound", f"no route for {path}")
@@ -558,6 +562,48 @@ class FakeAzure(HttpFake):
             raise ArmError(404, "ResourceNotFound", _not_found("capacityReservations", req.segs[2]))
         view = req.query.get("$expand", "").lower() == "instanceview"
         return Reply(200, member_json(member, rid, self.location, view))
+
+    def _ppgs(self, req: Req) -> Reply:
+        """Proximity placement groups (tests/fakes/azure_placement.py)."""
+        kind = "Microsoft.Compute/proximityPlacementGroups"
+        if not req.segs:
+            items = [self._ppg_view(g) for g in self.state.ppgs.values()]
+            return self._page(req.path, req.query, items)
+        name = req.segs[0]
+        found = self.state.ppgs.get(name.lower())
+        if req.method == "PUT":
+            body = json.loads(req.body)
+            made = {"name": name, "location": body.get("location"), "tags": body.get("tags", {})}
+            self.state.ppgs[name.lower()] = made
+            return Reply(200 if found else 201, self._ppg_view(made))
+        if found is None:
+            if req.method == "DELETE":
+                return Reply(204, None)
+            raise ArmError(404, "ResourceNotFound", _not_found("proximityPlacementGroups", name))
+        if req.method == "DELETE":
+            del self.state.ppgs[name.lower()]
+            return Reply(200, None)
+        if req.method == "GET":
+            return Reply(200, self._ppg_view(found))
+        raise ArmError(405, "MethodNotAllowed", f"{req.method} {kind}")
+
+    def _ppg_view(self, group: JSON) -> JSON:
+        rid = self._rid("Microsoft.Compute/proximityPlacementGroups", group["name"])
+        vms = ppg_members(list(self.state.vms.values()), rid)
+        return ppg_json(group["name"], rid, group["location"], group["tags"], vms)
+
+    def ppg_members(self, name: str) -> list[str]:
+        """The names of the VMs in a proximity placement group ([] for none or no group)."""
+        group = self.state.ppgs.get(name.lower())
+        if group is None:
+            return []
+        return sorted(
+            v["id"].rsplit("/", 1)[-1]
+            for v in self._ppg_view(group)["properties"]["virtualMachines"]
+        )
+
+    def ppg_names(self) -> list[str]:
+        return sorted(g["name"] for g in self.state.ppgs.values())
 
     def _reserve(self, vm_name: str, body: JSON) -> None:
         """Allocate a VM that names a group against the member of its size."""

@@ -50,6 +50,7 @@ import requests
 
 from tests.fakes import http_fake
 from tests.fakes.http_fake import JSON, HttpFake, Reply
+from tests.fakes.openstack_server_groups import BadRequest, NotFound, ServerGroups
 
 REGION = "RegionOne"
 USERNAME = "burst-user"
@@ -217,6 +218,7 @@ class FakeOpenStack(HttpFake):
         self.keypairs = dict(DEFAULT_KEYPAIRS)
         self.project_id = uuid.uuid5(uuid.NAMESPACE_DNS, PROJECT).hex
         self.user_id = uuid.uuid5(uuid.NAMESPACE_DNS, USERNAME).hex
+        self.server_groups = ServerGroups(self.project_id, self.user_id)
         self.state = FakeState()
 
     # ----------------------------------------------------------------- the server's part
@@ -536,7 +538,28 @@ class FakeOpenStack(HttpFake):
             return self._servers(req, rest[1:])
         if head == "os-keypairs" and req.method == "GET":
             return self._keypairs(rest[1:])
+        if head == "os-server-groups":
+            return self._server_groups(req, rest[1:])
         raise NovaError(404, f"no compute route {req.path}")
+
+    def _server_groups(self, req: Req, rest: list[str]) -> Reply:
+        """tests/fakes/openstack_server_groups.py"""
+        groups = self.server_groups
+        try:
+            if not rest and req.method == "POST":
+                return Reply(200, groups.create(req.json()))
+            if not rest and req.method == "GET":
+                return Reply(200, groups.listed())
+            if len(rest) == 1 and req.method == "GET":
+                return Reply(200, groups.one(rest[0]))
+            if len(rest) == 1 and req.method == "DELETE":
+                groups.delete(rest[0])
+                return Reply(204, None)
+        except BadRequest as exc:
+            raise NovaError(400, str(exc)) from None
+        except NotFound as exc:
+            raise NovaError(404, str(exc)) from None
+        raise NovaError(404, f"no server group route {req.method} {req.path}")
 
     def _flavors(self, req: Req, rest: list[str]) -> Reply:
         if req.method != "GET":
@@ -591,6 +614,7 @@ class FakeOpenStack(HttpFake):
         if len(rest) == 1 and req.method == "DELETE":
             self._server_by_id(rest[0])
             del self.state.servers[rest[0]]
+            self.server_groups.leave(rest[0])
             for port in self.state.ports.values():  # a user's port is detached, not deleted
                 if port["device_id"] == rest[0]:
                     port["device_id"], port["device_owner"] = "", ""
@@ -650,6 +674,11 @@ class FakeOpenStack(HttpFake):
             used = len(self.state.servers)
             raise NovaError(403, QUOTA_MESSAGE.format(used=used, limit=quota) + " instances")
         server = self._new_server(spec, flavor, image_id, networks)
+        try:
+            hints = body.get("os:scheduler_hints") or body.get("OS-SCH-HNT:scheduler_hints")
+            self.server_groups.join(hints, server["id"])
+        except BadRequest as exc:
+            raise NovaError(400, str(exc)) from None
         asked = spec.get("networks")
         for net in asked if isinstance(asked, list) else []:
             if "port" in net:

@@ -120,3 +120,27 @@ def test_instances_lists_only_ours(setup: tuple[Path, dict[str, str]], fake: Fak
     done = run_cli("providers", "instances", "aws1", "--json", env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout) == []
+
+
+def test_config_check_refuses_efa_on_a_type_the_catalog_says_lacks_it(
+    setup: tuple[Path, dict[str, str]],
+) -> None:
+    """g4dn.xlarge has no EFA (DescribeInstanceTypes NetworkInfo.EfaSupported false): once the
+    catalog is cached, `config check` says so for an efa = true template, before a launch."""
+    config, env = setup
+    config.write_text(
+        config.read_text().replace(
+            'instance_types = ["p4d.24xlarge"]',
+            'instance_types = ["p4d.24xlarge", "g4dn.xlarge"]\n'
+            'efa = true\nplacement = "per-launch"',
+        )
+    )
+    assert run_cli("config", "check", "--no-slurm", env=env).returncode == 0  # no catalog yet
+    assert run_cli("catalog", "--provider", "aws1", env=env).returncode == 0  # cached now
+    checked = run_cli("config", "check", "--no-slurm", env=env)
+    assert checked.returncode == 2, checked.stdout
+    assert checked.stdout.strip().splitlines()[-1] == (
+        "template a100: efa = true, but instance type g4dn.xlarge has no EFA (provider aws1's "
+        "catalog: DescribeInstanceTypes NetworkInfo.EfaSupported); choose a type with it or "
+        "remove efa"
+    )

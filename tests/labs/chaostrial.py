@@ -43,6 +43,7 @@ from clustermgr.core.hostlists import compress
 from clustermgr.providers.base import CloudInstance, InstanceState
 from tests.labs import chaoscheck
 from tests.labs.chaoscheck import Finding
+from tests.labs.procgroup import stop_group
 from tests.labs.slurmlab import SlurmLab
 
 SLURM_CLIENTS = ("sinfo", "squeue", "sbatch", "scancel", "sacct", "srun", "sacctmgr")
@@ -236,13 +237,7 @@ class ChaosLab:
         try:
             yield process
         finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait(10)
+            stop_group(process, 30)
 
     def kill_at(self, catch: Catch, begin: Callable[[], None] | None = None) -> bool:
         """Run the daemon until the catch is reached, then SIGKILL its process group, as

@@ -14,7 +14,6 @@ import contextlib
 import hashlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
@@ -34,6 +33,7 @@ from clustermgr.providers.registry import make_provider
 from tests.fakes import aws_harness, azure_harness, openstack_harness
 from tests.fakes.azure_fake import MARKETPLACE_IMAGE
 from tests.fakes.harness import ContractHarness
+from tests.labs.procgroup import stop_group
 from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
 
 BIN = Path(sys.executable).parent
@@ -371,13 +371,7 @@ class CloudLab:
         try:
             yield process
         finally:
-            if process.poll() is None:
-                os.killpg(process.pid, signal.SIGTERM)
-                try:
-                    process.wait(30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(process.pid, signal.SIGKILL)
-                    process.wait(10)
+            stop_group(process, 30)
             log.close()
 
     def submit(self, *args: str) -> str:

@@ -10,6 +10,8 @@ import pytest
 
 from clustermgr.config import load_settings
 from clustermgr.core.errors import ConfigError
+from clustermgr.db.models import InstanceTypeRow
+from clustermgr.providers.catalog import unfit_fabrics
 from tests.conftest import run_cli
 from tests.unit.test_config import MINIMAL, write
 
@@ -80,3 +82,33 @@ def test_infiniband_on_azure_needs_a_proximity_placement_group(tmp_path: Path) -
         write(tmp_path, text + f'infiniband = true\nplacement_group = "{ppg}"\n')
     )
     assert settings.template("t1").fabric == "infiniband"
+
+
+def test_per_launch_placement_gives_a_fabric_its_group(tmp_path: Path) -> None:
+    text = MINIMAL + 'efa = true\nplacement = "per-launch"\n'
+    assert load_settings(write(tmp_path, text)).template("t1").placement == "per-launch"
+    with pytest.raises(ConfigError, match="remove placement_group"):
+        load_settings(write(tmp_path, text + 'placement_group = "pg"\n'))
+
+
+def test_the_catalog_refuses_infiniband_on_a_size_without_it(tmp_path: Path) -> None:
+    text = MINIMAL.replace("[[templates]]", AZURE + "[[templates]]")
+    text = text.replace('provider = "aws1"', 'provider = "az1"')
+    text = text.replace('image = "ami-1"', 'image = "/subscriptions/s/images/i"')
+    text = text.replace("instance_types = [", 'instance_types = ["Standard_ND96asr_v4", ')
+    settings = load_settings(
+        write(tmp_path, text + 'infiniband = true\nplacement = "per-launch"\n')
+    )
+    template = settings.template("t1")
+    rows = [
+        InstanceTypeRow(provider="az1", name=name, fabrics=fabrics)
+        for name, fabrics in zip(template.instance_types, ("infiniband", ""), strict=False)
+    ]
+    lacking = template.instance_types[1]
+    assert unfit_fabrics(settings, rows) == [
+        f"template t1: infiniband = true, but instance type {lacking} has no InfiniBand "
+        "(provider az1's catalog: resource SKU capability RdmaEnabled); choose a type with it "
+        "or remove infiniband"
+    ]
+    unknown = [InstanceTypeRow(provider="az1", name=lacking, fabrics=None)]
+    assert unfit_fabrics(settings, unknown) == []  # the catalog does not say: not judged

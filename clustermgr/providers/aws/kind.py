@@ -36,6 +36,7 @@ KIND = ProviderKind(
         {
             "spot",
             "placement",
+            "per_launch_placement",
             "root_volume",
             "machine_image_copy",
             "object_store",

@@ -41,6 +41,7 @@ from clustermgr.providers.aws.capacity_reservations import (
     without_reservation,
 )
 from clustermgr.providers.aws.client import MAX_WORKERS, AwsClients
+from clustermgr.providers.aws.cluster_groups import ClusterGroups, run_with_group, with_group
 from clustermgr.providers.aws.efa import without_efa
 from clustermgr.providers.aws.errors import (
     NO_FLEET_API_CODES,
@@ -84,6 +85,7 @@ from clustermgr.providers.base import (
     ReservationTarget,
     ours,
 )
+from clustermgr.providers.launch_groups import PlacementGroup
 from clustermgr.providers.reservations import ReservationFacts
 from clustermgr.providers.skeleton import Check, CloudProvider, Failure, parallel
 
@@ -110,6 +112,7 @@ class FleetPlan:
     version: int
     tags: dict[str, str]
     part: str = "b"  # the ClientToken's batch prefix ("f": the on-demand fallback's)
+    group: str | None = None  # the launch's own cluster placement group (per-launch)
 
 
 class AwsProvider(CloudProvider[FleetPlan]):
@@ -125,6 +128,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
         self._validated: dict[tuple[str, ...], float] = {}  # what -> valid until (monotonic)
         self._roots: dict[str, tuple[str, str, int]] = {}  # image -> its root_device()
         self._reserved = ReservationFactsCache(self._describe_reservations)
+        self.groups = ClusterGroups(cluster, self.ec2, self.call)
 
     @classmethod
     def capabilities(cls, settings: ProviderSettings) -> Sequence[object]:
@@ -186,7 +190,8 @@ class AwsProvider(CloudProvider[FleetPlan]):
         self._check_block(spec)
         template, version = self._ensure_template(spec)
         tags = ours(self.cluster, spec.template, request_id, spec.tags)
-        return FleetPlan(spec, request_id, count, template, version, tags)
+        group = self.groups.ensure(spec, count, request_id)  # the last step before launching
+        return FleetPlan(spec, request_id, count, template, version, tags, group=group)
 
     def start(self, plan: FleetPlan, result: LaunchResult) -> None:
         launched = self._launch_batches(plan, result.errors)
@@ -212,6 +217,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
             return self._run_batch(plan, wanted, part)
         token = client_token(self.cluster, plan.request_id, part)
         request = fleet_request(plan.spec, plan.template, plan.version, wanted, token, plan.tags)
+        request = with_group(request, plan.group)
         try:
             answer = self.ec2().create_fleet(**request)
         except SDK_ERRORS as exc:
@@ -238,8 +244,11 @@ class AwsProvider(CloudProvider[FleetPlan]):
             if missing <= 0:
                 break
             token = client_token(self.cluster, plan.request_id, f"{part}r{attempt}")
-            request = run_request(
-                spec, plan.template, plan.version, itype, place, missing, token, plan.tags
+            request = run_with_group(
+                run_request(
+                    spec, plan.template, plan.version, itype, place, missing, token, plan.tags
+                ),
+                plan.group,
             )
             try:
                 answer = self.ec2().run_instances(**request)
@@ -298,6 +307,16 @@ class AwsProvider(CloudProvider[FleetPlan]):
         a resource group's members are not listed (EC2 keeps them in Resource Groups)."""
         ids = sorted({t.ref for t in targets if t.kind in ("reservation", "capacity-block")})
         return self.call("describing capacity reservations", lambda: self._reserved.read(ids))
+
+    # ------------------------------------------------------------------ placement groups
+
+    def placement_groups(self) -> list[PlacementGroup]:
+        return self.groups.listed()
+
+    def delete_placement_group(self, group: PlacementGroup) -> bool:
+        return bool(
+            self.call(f"deleting placement group {group.name}", lambda: self.groups.delete(group))
+        )
 
     # ------------------------------------------------------------------ validation
 

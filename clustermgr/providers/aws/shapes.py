@@ -330,6 +330,7 @@ def to_instance_type(item: Mapping[str, Any]) -> InstanceType:
         gpu_count=sum(int(g.get("Count", 0)) for g in gpus),
         gpu_memory_mb=int((first.get("MemoryInfo") or {}).get("SizeInMiB", 0)),
         architecture=str(archs[0]),
+        fabrics=frozenset({"efa"} if (item.get("NetworkInfo") or {}).get("EfaSupported") else ()),
     )
 
 

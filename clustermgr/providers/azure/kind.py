@@ -24,7 +24,14 @@ KIND = ProviderKind(
     credential_sources=("default", "client_secret_file", "client_secret_env"),
     billing=(60, 60),
     capabilities=frozenset(
-        {"spot", "placement", "root_volume", "capacity_reservation_group", "machine_image_copy"}
+        {
+            "spot",
+            "placement",
+            "per_launch_placement",
+            "root_volume",
+            "capacity_reservation_group",
+            "machine_image_copy",
+        }
     ),
     options=AzureOptions,
     sdk_loggers=("azure",),

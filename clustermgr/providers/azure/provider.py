@@ -26,6 +26,7 @@ from clustermgr.providers.azure.gallery import AzureMachineImages
 from clustermgr.providers.azure.infiniband import with_accelerated_networking
 from clustermgr.providers.azure.kind import AzureOptions
 from clustermgr.providers.azure.nics import NicJanitor
+from clustermgr.providers.azure.proximity_groups import ProximityGroups
 from clustermgr.providers.azure.reservation_groups import (
     beyond_line,
     free_for,
@@ -63,6 +64,7 @@ from clustermgr.providers.base import (
     LaunchSpec,
     ReservationTarget,
 )
+from clustermgr.providers.launch_groups import PlacementGroup
 from clustermgr.providers.reservations import ReservationFacts
 from clustermgr.providers.skeleton import Check, CloudProvider, Failure, Words, parallel
 
@@ -113,6 +115,9 @@ class AzureProvider(CloudProvider[VmPlan]):
         self.subscription_id = settings.options_as(AzureOptions).subscription_id
         self.clients = AzureClients(settings, pool_size=MAX_WORKERS + 4)
         self.nics = NicJanitor(cluster, self.network, self.resource_group)
+        self.groups = ProximityGroups(
+            cluster, self.region, self.resource_group, self.compute, self.call
+        )
         self.skus: dict[str, SkuFacts] = {}  # by lower-cased size name, from read_catalog
         self._power_refused = False  # the subscription's VM listing answered AUTH once
 
@@ -225,6 +230,8 @@ class AzureProvider(CloudProvider[VmPlan]):
         key = self._validate(spec, count)
         spec = resolved(spec, self.subscription_id, self.resource_group)
         nodes, refused = self._within_group(spec, spec.node_names[:count], request_id)
+        group = self.groups.ensure(spec, len(nodes), request_id)  # the last step before VMs
+        spec = spec if group is None else replace(spec, placement_group=group)
         return VmPlan(spec, request_id, nodes, key, refused) if nodes or refused else None
 
     def start(self, plan: VmPlan, result: LaunchResult) -> None:
@@ -237,6 +244,12 @@ class AzureProvider(CloudProvider[VmPlan]):
             if outcome.instance is not None:
                 result.instances.append(outcome.instance)
             result.errors.extend(outcome.errors)
+
+    def placement_groups(self) -> list[PlacementGroup]:
+        return self.groups.listed()
+
+    def delete_placement_group(self, group: PlacementGroup) -> bool:
+        return self.groups.delete(group)
 
     # ------------------------------------------------------------------ reservations
 

@@ -282,6 +282,7 @@ def instance_type_of(sku: Any, region: str) -> InstanceType | None:
         gpu_count=gpus,
         gpu_memory_mb=gpu_memory * gpus,
         architecture=arch,
+        fabrics=frozenset({"infiniband"} if rdma_capable(caps) else ()),
     )
 
 

@@ -34,7 +34,9 @@ KIND = ProviderKind(
     provider="clustermgr.providers.openstack.provider:OpenStackProvider",
     credential_sources=("clouds_yaml",),
     billing=(3600, 3600),
-    capabilities=frozenset({"placement", "root_volume"}),
+    capabilities=frozenset(
+        {"placement", "per_launch_placement", "placement_policy", "root_volume"}
+    ),
     options=OpenStackOptions,
     sdk_loggers=("openstack", "keystoneauth"),
     extra="openstack",

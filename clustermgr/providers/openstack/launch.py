@@ -93,6 +93,7 @@ class ServerPlan:
     image_id: str
     networks: list[dict[str, str]] | str
     key_name: str | None
+    group_id: str | None = None  # the server group every server goes into (scheduler hint)
 
 
 @dataclass
@@ -347,6 +348,8 @@ class Launcher:
             attrs["security_groups"] = [{"name": g} for g in spec.security_groups]
         if attempt.zone:
             attrs["availability_zone"] = attempt.zone
+        if plan.group_id:
+            attrs["scheduler_hints"] = {"group": plan.group_id}
         if spec.fabric == "sriov" and isinstance(plan.networks, list):
             port = ensure_port(self.nova, plan.networks[0]["uuid"], task.name)
             attrs["networks"] = [{"port": port}]

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import Any, ClassVar, TypeVar
 
 from clustermgr.config import ProviderSettings
@@ -20,6 +21,8 @@ from clustermgr.providers.base import (
     LaunchResult,
     LaunchSpec,
 )
+from clustermgr.providers.launch_groups import PlacementGroup
+from clustermgr.providers.openstack import server_groups
 from clustermgr.providers.openstack.client import OpenStackClient, timing_for
 from clustermgr.providers.openstack.errors import (
     NOT_FOUND_CODES,
@@ -144,10 +147,19 @@ class OpenStackProvider(CloudProvider[ServerPlan]):
 
     def prepare(self, spec: LaunchSpec, count: int, request_id: str) -> ServerPlan | None:
         plan = plan_servers(self, spec, count, request_id)
-        return plan if plan.nodes else None
+        if not plan.nodes:
+            return None
+        group = server_groups.launch_group(self, spec, len(plan.nodes), request_id)
+        return replace(plan, group_id=group)
 
     def start(self, plan: ServerPlan, result: LaunchResult) -> None:
         Launcher(self, plan).run(result)
+
+    def placement_groups(self) -> list[PlacementGroup]:
+        return server_groups.listed(self)
+
+    def delete_placement_group(self, group: PlacementGroup) -> bool:
+        return server_groups.delete(self, group)
 
     # ------------------------------------------------------------------ terminate
 
