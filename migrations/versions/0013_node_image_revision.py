@@ -1,7 +1,7 @@
 """nodes.image_revision, nodes.kernel: what a burst node reports it runs
 
 Revision ID: 0013_node_image_revision
-Revises: 0011_reservations
+Revises: 0012_instance_type_fabrics
 Create Date: 2026-11-26
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0013_node_image_revision"
-down_revision = "0011_reservations"
+down_revision = "0012_instance_type_fabrics"
 branch_labels = None
 depends_on = None
 
