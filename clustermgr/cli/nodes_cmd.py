@@ -30,6 +30,8 @@ NODE_KEYS = (
     "gpus",
     "gpu_model",
     "slurm_state",
+    "image_revision",
+    "kernel",
     "state_reason",
     "state_since",
     "launched_at",
@@ -152,6 +154,8 @@ def list_nodes(
             if on_bmc:
                 row["kind"] = "onprem"
         shown = (*TABLE_COLUMNS[:3], "power", *TABLE_COLUMNS[3:])
+    if any(row["image_revision"] or row["kernel"] for row in rows):  # what the nodes report
+        shown = (*shown[:-1], "image_revision", "kernel", shown[-1])
     if as_json:
         for row in rows:  # here rather than json's default hook: a third of the encoding time
             for key in TIME_KEYS:

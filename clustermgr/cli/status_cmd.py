@@ -62,6 +62,14 @@ def collect_status(app: AppContext) -> dict[str, Any]:
             .group_by(Node.template, Node.state)
         ):
             by_template.setdefault(template or "-", {})[state] = count
+        running: dict[str, dict[str, int]] = {}  # template -> "revision, kernel" -> nodes
+        for template, revision, kernel, count in session.execute(
+            select(Node.template, Node.image_revision, Node.kernel, func.count())
+            .where(Node.kind == "cloud", Node.kernel.is_not(None))
+            .group_by(Node.template, Node.image_revision, Node.kernel)
+        ):
+            what = f"revision {revision or '-'}, kernel {kernel}"
+            running.setdefault(template or "-", {})[what] = count
         runs = session.execute(
             select(func.count(InstanceRun.id), func.coalesce(func.sum(InstanceRun.cost), 0.0))
         ).one()
@@ -108,6 +116,7 @@ def collect_status(app: AppContext) -> dict[str, Any]:
         "hourly_cost": round(sum(r.hourly_price for r in open_runs), 4),
         "instances_running": len(open_runs),
         "nodes": by_template,
+        "running_images": running,
         "instances_launched": int(runs[0]),
         "cost_total": round(float(runs[1] or 0.0) + running_cost, 4),
         "protected_templates": protected,
@@ -217,6 +226,8 @@ def status(app: AppContext, as_json: bool) -> None:
     for template, states in sorted(data["nodes"].items()):
         counts = ", ".join(f"{state} {count}" for state, count in sorted(states.items()))
         click.echo(f"{template}: {counts}")
+        for what, count in sorted(data["running_images"].get(template, {}).items()):
+            click.echo(f"{template}: {count} on image {what}")
     for template, reason in sorted(data["protected_templates"].items()):
         click.echo(f"{template}: PROTECTED {reason}")
     for template, reason in sorted(data["backing_off_templates"].items()):

@@ -15,6 +15,9 @@ BACKOFF = "BACKOFF"
 BOOT_TIMEOUT = "BOOT_TIMEOUT"
 DAEMON = "DAEMON"
 HEALTH = "HEALTH"
+# an image wait (a template's region has no usable machine image yet) or a node running an
+# image revision its director no longer serves; never a failure kind (no protection count)
+IMAGE = "IMAGE"
 POWER = "POWER"  # an on-prem node not back within its boot timeout after a power on
 PROTECTED = "PROTECTED"
 REFUSED = "REFUSED"

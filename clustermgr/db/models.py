@@ -127,6 +127,9 @@ class Node(Base):
     gpus: Mapped[int] = mapped_column(Integer, default=0)
     gpu_model: Mapped[str | None] = mapped_column(String(64))
     slurm_state: Mapped[str] = mapped_column(String(128), default="")
+    # what the node reports it runs (its Slurm Extra field, checked): None until it does
+    image_revision: Mapped[str | None] = mapped_column(String(64))
+    kernel: Mapped[str | None] = mapped_column(String(128))
     idle_since: Mapped[datetime | None] = mapped_column()
     launched_at: Mapped[datetime | None] = mapped_column()
     created_at: Mapped[datetime] = mapped_column(default=utcnow)

@@ -30,7 +30,7 @@ from clustermgr.config import NAME_PATTERN, Settings, TemplateSettings
 from clustermgr.core.errors import ConfigError
 from clustermgr.core.inputs import usable_address
 from clustermgr.core.kinds import kind_of
-from clustermgr.core.reasons import Reason
+from clustermgr.core.reasons import IMAGE, Reason
 from clustermgr.db.models import Director, Image, ImageReplica, MachineImage
 from clustermgr.directors.states import SERVING, DirectorState, director_name
 from clustermgr.imaging.definitions import (
@@ -45,7 +45,6 @@ from clustermgr.imaging.machine_images import regions_in_use
 from clustermgr.imaging.nameservice import directory_facts
 from clustermgr.nodes.bootstrap import KeyFetch, bootstrap_facts
 
-IMAGE = "IMAGE"  # the reason kind of an image wait; not a failure kind (no protection count)
 CLOSE_MATCH = 0.8  # difflib ratio above which a raw id is taken for a misspelt image name
 
 
@@ -63,6 +62,8 @@ class RegionImage:
     revision: str  # the revision the region's director serves ("" before any sync)
     problem: str = ""
     copy_wanted: bool = False  # a copy into the region to start or follow (not a failed one)
+    director: str = ""  # the region's director's name while it serves, else ""
+    known: frozenset[str] = frozenset()  # every revision of the image the head recorded
 
 
 def definitions(settings: Settings) -> dict[str, LoadedImage]:
@@ -161,10 +162,12 @@ def _region_image(
     director = session.scalars(
         select(Director).filter_by(name=director_name(provider.name, provider.region))
     ).one_or_none()
-    address = ""
+    address = serving = ""
     if director is not None and _serving(director):
+        serving = director.name
         address = usable_address(director.private_address, f"director {director.name}") or ""
     revision = served_revision(session, image.name, director)
+    known = frozenset(session.scalars(select(Image.version).where(Image.name == image.name)))
     machine, problem, copy = _machine_image(session, settings, template, image)
     if machine is not None and not address and _needs_director(image):
         machine, problem = (
@@ -174,7 +177,7 @@ def _region_image(
                 f"{provider.name} ({provider.region}) has no director serving yet"
             ),
         )
-    return RegionImage(image, machine, address, revision, problem, copy)
+    return RegionImage(image, machine, address, revision, problem, copy, serving, known)
 
 
 def _serving(director: Director) -> bool:

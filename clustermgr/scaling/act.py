@@ -11,7 +11,16 @@ from dataclasses import dataclass, field, replace
 from sqlalchemy import select
 
 from clustermgr.core.hostlists import compress
-from clustermgr.core.reasons import HOLD_PREFIX, HOLD_REASON, PROTECTED, REFUSED, Reason, is_hold
+from clustermgr.core.reasons import (
+    HOLD_PREFIX,
+    HOLD_REASON,
+    IMAGE,
+    PROTECTED,
+    REFUSED,
+    Reason,
+    is_hold,
+    kind_of,
+)
 from clustermgr.db.models import ClusterEvent, Node
 from clustermgr.nodes.states import NodeState, transition
 from clustermgr.policy.view import ClusterView
@@ -47,7 +56,8 @@ class ActReport:
 
 def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: ActReport) -> None:
     """Verdicts first: what Slurm and the clouds already did is recorded before new work."""
-    record_facts(actor, snapshot, judgment)
+    retired = actor.retire({j.node: j.reason for j in judgment.having(Verdict.RETIRE)})
+    record_facts(actor, snapshot, judgment, frozenset(retired))
     failing = judgment.having(*FAILING)
     reasons = {j.node: j.reason for j in failing}
     actor.fail(reasons, tell_slurm=_slurm_not_down(failing))
@@ -57,6 +67,9 @@ def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: A
     stops = judgment.having(Verdict.STOP)
     actor.stop([StopOrder(j.node, j.reason) for j in stops])
     out.stopped.extend(j.node for j in stops)
+    # our drain of a stale image's node: lifted once it is powered down, so the slot serves
+    # again (a new instance boots the current revision)
+    actor.release([j.node for j in stops if kind_of(j.reason) == IMAGE])
     unowned = judgment.having(Verdict.POWER_DOWN)
     actor.put_down({j.node: hold_reason(_stored_reason(snapshot, j, "")) for j in unowned})
     finish_stop = judgment.having(Verdict.FINISH_STOP)
@@ -102,11 +115,15 @@ def act_on_judgment(actor: Actor, snapshot: Snapshot, judgment: Judgment, out: A
         record(actor, "power", f"powered off {','.join(out.powered_off)}: {why}")
 
 
-def record_facts(actor: Actor, snapshot: Snapshot, judgment: Judgment) -> None:
+def record_facts(
+    actor: Actor, snapshot: Snapshot, judgment: Judgment, retired: frozenset[str] = frozenset()
+) -> None:
     """Slurm's view onto the rows, and the verdicts that are only a state change, in one
-    transaction: REGISTER (BOOTING -> UP), RESUME (REQUESTED), DRAIN (DRAINING)."""
+    transaction: REGISTER (BOOTING -> UP), RESUME (REQUESTED), DRAIN (DRAINING), and RETIRE
+    (DRAINING) of the `retired` nodes, which Slurm drained."""
     now = actor.clock()
     changes = {j.node: j for j in judgment.having(Verdict.REGISTER, Verdict.RESUME, Verdict.DRAIN)}
+    changes |= {j.node: j for j in judgment.having(Verdict.RETIRE) if j.node in retired}
     names = sorted(set(judgment.facts) | set(changes))
     with actor.db.session() as session:
         for request in judgment.requests:
@@ -122,12 +139,13 @@ def record_facts(actor: Actor, snapshot: Snapshot, judgment: Judgment) -> None:
             if facts is not None:
                 node.slurm_state = facts.slurm_state
                 node.idle_since = facts.idle_since
+                node.image_revision, node.kernel = facts.image_revision, facts.kernel
             judged = changes.get(node.name)
             if judged is None or node.state != judged.state.value:
                 continue  # changed by someone else since the snapshot: judged again next cycle
             if judged.verdict is Verdict.REGISTER:
                 transition(node, NodeState.UP, "slurmd registered", actor.actor, now=now)
-            elif judged.verdict is Verdict.DRAIN:
+            elif judged.verdict in (Verdict.DRAIN, Verdict.RETIRE):
                 transition(node, NodeState.DRAINING, judged.reason, actor.actor, now=now)
             elif node.state == NodeState.POWERED_DOWN.value:
                 jobs = judgment.resume_requests.get(node.name, ())

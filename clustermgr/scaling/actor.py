@@ -316,6 +316,21 @@ class Actor:
                 release_instance(session, node, now, self._billing(node))
                 transition(node, NodeState.POWERED_DOWN, node.state_reason, self.actor, now=now)
 
+    def retire(self, reasons: Mapping[str, str]) -> list[str]:
+        """Drain in Slurm the nodes that run a stale image revision, with their
+        `(Code:IMAGE)` reasons: their jobs finish, none start. Returns the nodes Slurm
+        took the drain for (the others are judged again next cycle)."""
+        done: list[str] = []
+        for reason, names in sorted(_group(reasons).items()):
+            try:
+                self.workload.drain(sorted(names), reason)
+            except WorkloadError as exc:
+                log.warning("not draining %s for their image: %s", sorted(names), exc)
+                continue
+            log.info("draining %s: %s", sorted(names), reason)
+            done.extend(names)
+        return sorted(done)
+
     def put_down(self, reasons: Mapping[str, str]) -> None:
         """Power down in Slurm the slots it powers up that no launch owns (their rows are
         POWERED_DOWN already); `reasons` keep them held, with their last failure shown."""
@@ -513,6 +528,8 @@ def release_instance(session: Session, node: Node, now: datetime, billing: Billi
     node.private_address = None
     node.request_id = None
     node.idle_since = None
+    node.image_revision = None  # the next instance reports its own
+    node.kernel = None
 
 
 def _foreign_row(found: ForeignInstance, now: datetime) -> ForeignRow:

@@ -52,6 +52,8 @@ class NodeRecord(NamedTuple):
     state_reason: str = ""
     idle_since: datetime | None = None
     slurm_state: str | None = None
+    image_revision: str | None = None
+    kernel: str | None = None
 
 
 @dataclass(frozen=True)
@@ -114,6 +116,8 @@ def read_nodes(session: Session) -> NodeRows:
         func.coalesce(Node.state_reason, ""),
         Node.idle_since,
         Node.slurm_state,
+        Node.image_revision,
+        Node.kernel,
     )
     states = {s.value: s for s in NodeState}
     query = select(*columns)  # RETIRED too: an instance a retired slot still holds is no orphan

@@ -26,6 +26,7 @@ PROJECTED = {
     Verdict.ADOPT: NodeState.BOOTING,
     Verdict.REGISTER: NodeState.UP,
     Verdict.DRAIN: NodeState.DRAINING,
+    Verdict.RETIRE: NodeState.DRAINING,
 }
 SETTLING = FAILING | FINISHING | {Verdict.STOP, Verdict.POWER_DOWN}
 

@@ -13,7 +13,9 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from clustermgr.config import Settings, TemplateSettings
+from clustermgr.core.node_report import NodeReport
 from clustermgr.core.reasons import BOOT_TIMEOUT, POWER, RESUME_TIMEOUT, VANISHED, Reason
+from clustermgr.imaging.node_revisions import checked_report, stale_reason
 from clustermgr.nodes.states import NodeState
 from clustermgr.providers.base import TAG_NODE, CloudInstance, InstanceState
 from clustermgr.providers.launch_groups import PlacementGroup
@@ -45,6 +47,8 @@ class SlurmFacts:
 
     slurm_state: str
     idle_since: datetime | None
+    image_revision: str | None = None  # what the node reports (checked)
+    kernel: str | None = None
 
 
 @dataclass
@@ -80,10 +84,12 @@ class Judgment:
 def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> Judgment:
     judgment = Judgment(requests=list(snapshot.requests))
     slurm_nodes = snapshot.workload.nodes
+    reports = node_reports(snapshot)
     for record in snapshot.nodes.values():
         if record.state is NodeState.RETIRED:
             continue
-        facts = slurm_facts(record, slurm_nodes.get(record.name), snapshot.now)
+        seen = slurm_nodes.get(record.name)
+        facts = slurm_facts(record, seen, snapshot.now, reports.get(record.name))
         if facts is not None:
             judgment.facts[record.name] = facts
     bound = {r.instance_id for r in snapshot.nodes.values() if r.instance_id}
@@ -93,7 +99,8 @@ def reconcile(settings: Settings, snapshot: Snapshot, orphan_grace_s: float) -> 
     for record in sorted(snapshot.nodes.values(), key=lambda r: r.name):
         if record.kind != "cloud":
             continue
-        judged = judge_node(templates, conditions, snapshot, record, bound, onprem)
+        stale = stale_reason(snapshot.images.get(record.template or ""), reports.get(record.name))
+        judged = judge_node(templates, conditions, snapshot, record, bound, onprem, stale)
         if record.provider in onprem:
             judged = _already_on(judged, record, snapshot)
         if judged.verdict is Verdict.KEEP and not record.instance_id:
@@ -139,7 +146,9 @@ def judge_node(
     record: NodeRecord,
     bound: set[str],
     onprem: frozenset[str] = frozenset(),
+    stale: str | None = None,
 ) -> Judged:
+    """`stale`: the node's `(Code:IMAGE)` reason when it runs a stale image revision."""
     listing = snapshot.instances.get(record.provider or "")
     waiting = None
     if record.state is NodeState.LAUNCHING and listing is not None and record.request_id:
@@ -150,17 +159,36 @@ def judge_node(
     seen = snapshot.workload.nodes.get(record.name)
     slurm = slurm_seen(seen, address if record.instance_id else None)
     template = templates.get(record.template or "")
-    facts = conditions.of(record)
-    rule = judge(record.state, cloud, slurm, facts)
+    facts = conditions.of(record) | ({"stale_image"} if stale else set())
+    rule = judge(record.state, cloud, slurm, frozenset(facts))
+    reason = _reason(template, rule.verdict, record, seen, record.provider in onprem)
     return Judged(
         node=record.name,
         verdict=rule.verdict,
         state=record.state,
         cloud=cloud,
         slurm=slurm,
-        reason=_reason(template, rule.verdict, record, seen, record.provider in onprem),
+        reason=stale or "" if rule.verdict is Verdict.RETIRE else reason,
         instance=waiting or instance,
     )
+
+
+def node_reports(snapshot: Snapshot) -> dict[str, NodeReport]:
+    """What each bound cloud node reports it runs, checked against its template's image
+    (junk skipped with a warning). Only nodes holding an instance: Slurm keeps a powered
+    down node's Extra field, the report of the instance that was there."""
+    reports = {}
+    for record in snapshot.nodes.values():
+        seen = snapshot.workload.nodes.get(record.name)
+        if seen is None or seen.report is None or not record.instance_id:
+            continue
+        if record.state not in (NodeState.BOOTING, NodeState.UP, NodeState.DRAINING):
+            continue
+        found = snapshot.images.get(record.template or "")
+        checked = checked_report(record.name, found, seen.report)
+        if checked is not None:
+            reports[record.name] = checked
+    return reports
 
 
 class Conditions:
@@ -355,15 +383,29 @@ def _hook_verdicts(judgment: Judgment, snapshot: Snapshot, policy_templates: set
                 )
 
 
-def slurm_facts(record: NodeRecord, seen: WorkloadNode | None, now: datetime) -> SlurmFacts | None:
-    """Slurm's state string and idle-since for the row, or None when nothing changes."""
+def slurm_facts(
+    record: NodeRecord,
+    seen: WorkloadNode | None,
+    now: datetime,
+    report: NodeReport | None = None,
+) -> SlurmFacts | None:
+    """Slurm's state string, idle-since and the node's report (revision and kernel; the
+    row's own until a new report comes) for the row, or None when nothing changes."""
     if seen is None:
         return None
     slurm_state = "+".join([seen.state, *sorted(seen.flags)])
     idle_since = (record.idle_since or now) if seen.idle else None
-    if slurm_state == record.slurm_state and idle_since == record.idle_since:
+    revision, kernel = record.image_revision, record.kernel
+    if report is not None:
+        revision, kernel = report.revision or None, report.kernel or None
+    if (slurm_state, idle_since, revision, kernel) == (
+        record.slurm_state,
+        record.idle_since,
+        record.image_revision,
+        record.kernel,
+    ):
         return None
-    return SlurmFacts(slurm_state, idle_since)
+    return SlurmFacts(slurm_state, idle_since, revision, kernel)
 
 
 def waiting_instance(

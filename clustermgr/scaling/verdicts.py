@@ -7,8 +7,11 @@ any point of a cycle leaves the node in a row whose verdict finishes the interru
 so a restarted daemon converges within one reconcile cycle.
 
 Some rows depend on a condition besides the three states, named in the `when` column:
-`expired` (the boot timeout has passed since launch) and `policy_mode` (the template's
-nodes are launched by policies; Slurm only powers them up when told).
+`expired` (the boot timeout has passed since launch), `policy_mode` (the template's
+nodes are launched by policies; Slurm only powers them up when told) and `stale_image`
+(the node reports an image revision other than the one its region's director serves:
+imaging/node_revisions.py). A node cm-scale drained for its image (`(Code:IMAGE)`) is
+then "sick" like one the health check drained: its jobs finish, and it is stopped idle.
 
 A policy-mode slot that Slurm powers up while no launch owns it (no job on it) is powered
 down again, not launched: Slurm 22.05 keeps a power-up request it has not acted on through
@@ -23,7 +26,7 @@ import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from clustermgr.core.reasons import HEALTH, kind_of
+from clustermgr.core.reasons import HEALTH, IMAGE, kind_of
 from clustermgr.nodes.states import NodeState
 from clustermgr.providers.base import CloudInstance, InstanceState
 from clustermgr.workload.base import WorkloadNode
@@ -44,8 +47,8 @@ class SlurmSeen(enum.StrEnum):
 
     MISSING = "missing"  # not in Slurm's node list
     SICK_OUT = "sick-out"  # health-check reason, taken out (powered down or not drained)
-    SICK_BUSY = "sick-busy"  # health-check reason, drained, jobs still running
-    SICK_IDLE = "sick-idle"  # health-check reason, drained and idle
+    SICK_BUSY = "sick-busy"  # health-check or image reason, drained, jobs still running
+    SICK_IDLE = "sick-idle"  # health-check or image reason, drained and idle
     POWERING_DOWN = "powering-down"
     UNTOLD = "untold"  # holds an instance whose address Slurm does not have
     HELD = "held"  # drained by clustermgr's hold (a launch's), not powered down
@@ -68,6 +71,7 @@ class Verdict(enum.StrEnum):
     VANISHED = "vanished"  # fail: the instance is gone
     UNHEALTHY = "unhealthy"  # fail with the health check's reason
     DRAIN = "drain"  # UP -> DRAINING: the health check drained it, jobs still run
+    RETIRE = "retire"  # UP -> DRAINING: drain it in Slurm, it runs a stale image revision
     STOP = "stop"  # stop: Slurm powered it down, or drained and idle after a bad check
     FINISH_STOP = "finish-stop"  # STOPPING: terminate, power down, record POWERED_DOWN
     FINISH_FAIL = "finish-fail"  # FAILED: terminate, POWER_DOWN_FORCE, record POWERED_DOWN
@@ -160,6 +164,14 @@ RULES: tuple[Rule, ...] = (
     Rule(_s(S.BOOTING), LISTED, _l(L.SICK_IDLE), V.STOP, why="drained by the health check"),
     Rule(_s(S.UP), LISTED, SICK, V.DRAIN, why="drained by the health check"),
     Rule(_s(S.DRAINING), LISTED, _l(L.SICK_IDLE), V.STOP, why="drained and idle: replace it"),
+    Rule(
+        _s(S.UP),
+        LISTED,
+        _l(L.REGISTERED),
+        V.RETIRE,
+        when="stale_image",
+        why="runs an image revision its director no longer serves: drain it",
+    ),
     # booting
     Rule(_s(S.BOOTING), LISTED, _l(L.REGISTERED), V.REGISTER, why="slurmd registered"),
     Rule(_s(S.BOOTING), _c(C.UNLISTED), ANY, V.KEEP, why="cannot see the cloud: wait"),
@@ -227,7 +239,8 @@ def slurm_seen(seen: WorkloadNode | None, address: str | None) -> SlurmSeen:
     """`address`: the instance's private address when the node holds one."""
     if seen is None:
         return SlurmSeen.MISSING
-    if kind_of(seen.reason) == HEALTH:
+    kind = kind_of(seen.reason)
+    if kind == HEALTH:
         if seen.powered_down or "POWERING_DOWN" in seen.flags or not seen.drained:
             return SlurmSeen.SICK_OUT
         return SlurmSeen.SICK_IDLE if seen.state == "IDLE" else SlurmSeen.SICK_BUSY
@@ -235,6 +248,8 @@ def slurm_seen(seen: WorkloadNode | None, address: str | None) -> SlurmSeen:
         return SlurmSeen.POWERING_DOWN
     if address and seen.address != address:
         return SlurmSeen.UNTOLD  # even if its slurmd got through: Slurm cannot reach it
+    if kind == IMAGE and seen.drained and not seen.powered_down and not seen.power_up_asked:
+        return SlurmSeen.SICK_IDLE if seen.idle else SlurmSeen.SICK_BUSY  # a stale revision
     if seen.held and not seen.powered_down:
         return SlurmSeen.HELD  # powering up or registered, but no job may go there yet
     if (

@@ -9,6 +9,7 @@ from datetime import datetime
 from typing import Protocol
 
 from clustermgr.core.inputs import has_control
+from clustermgr.core.node_report import NodeReport
 from clustermgr.core.reasons import is_hold
 
 
@@ -26,6 +27,7 @@ class WorkloadNode:
     address: str | None = None
     hostname: str | None = None
     reason: str = ""
+    report: NodeReport | None = None  # the node's image, revision and kernel (its Extra)
 
     @property
     def is_cloud(self) -> bool:

@@ -12,6 +12,11 @@ installed, `dcgmi health`.
   hardware; cm-scale then terminates the instance and demand brings a replacement.
 - Later (periodic) checks: the node is drained with `(Code:HEALTH) detail` so running jobs
   finish; cm-scale replaces it once it is idle.
+
+Every check of a burst node also reports what it runs (core/node_report.py): the image and
+revision of `/etc/clustermgr/node.env` and the running kernel, in the node's Slurm `Extra`
+field (set only when it changed). cm-scale drains a node whose revision its director no
+longer serves (`(Code:IMAGE)`).
 """
 
 from __future__ import annotations
@@ -24,11 +29,13 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from clustermgr.core.node_report import NodeReport, parse_extra
 from clustermgr.core.reasons import HEALTH, Reason
 from clustermgr.workload.base import parse_gpu_gres, reason_arg
 
 QUERY = "name,ecc.errors.uncorrected.volatile.total,remapped_rows.pending,remapped_rows.failure"
 MARKER_DIR = Path("/run/clustermgr/health")
+NODE_ENV = Path("/etc/clustermgr/node.env")  # written by the image's user-data at boot
 EXTRA_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
 
@@ -39,6 +46,7 @@ class SlurmNodeFacts:
     gpus: int
     gpu_model: str | None
     slurmd_start: str
+    extra: str = ""  # Slurm's Extra field as `scontrol show node -o` prints it
 
 
 @dataclass(frozen=True)
@@ -72,6 +80,45 @@ def slurm_facts(node: str, scontrol: str) -> SlurmNodeFacts | None:
         gpus=gpus,
         gpu_model=model,
         slurmd_start=fields.get("SlurmdStartTime", ""),
+        extra="" if fields.get("Extra") in (None, "(null)") else fields["Extra"],
+    )
+
+
+def node_env(path: Path) -> dict[str, str]:
+    """`KEY=VALUE` lines of the node's node.env; {} when there is none (a node of a
+    template that names no image definition)."""
+    try:
+        text = path.read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return {}
+    pairs = (line.split("=", 1) for line in text.splitlines() if "=" in line)
+    return {key.strip(): value.strip().strip("'\"") for key, value in pairs}
+
+
+def own_report(path: Path) -> NodeReport:
+    env = node_env(path)
+    return NodeReport(
+        image=env.get("CLUSTERMGR_IMAGE", ""),
+        revision=env.get("CLUSTERMGR_IMAGE_REVISION", ""),
+        kernel=os.uname().release,
+    )
+
+
+def report(facts: SlurmNodeFacts, scontrol: str, path: Path) -> str:
+    """Set the node's report (image, revision, kernel) as its Slurm Extra field when it
+    changed; what was done, in one line ("" when nothing changed)."""
+    mine = own_report(path)
+    extra = mine.as_extra(facts.extra)
+    checked, problem = parse_extra(extra)
+    if problem or checked is None:
+        return f"not reported: {problem} (in {path})"
+    if facts.extra and extra == facts.extra:
+        return ""
+    if facts.extra and not facts.extra.startswith("{"):
+        return "not reported: Slurm's Extra field holds someone else's text"
+    run([scontrol, "update", f"nodename={facts.name}", f"extra={extra}"])
+    return (
+        f"reported image {mine.image or '-'} revision {mine.revision or '-'} kernel {mine.kernel}"
     )
 
 
@@ -191,13 +238,20 @@ class HealthResult:
     problems: tuple[str, ...]
     boot: bool
     action: str  # "none", "power-down", "drain"
+    reported: str = ""  # the image report set in Slurm, or why not ("": unchanged)
 
 
-def health_check(node: str, slurm_bin: Path, marker_dir: Path = MARKER_DIR) -> HealthResult:
+def health_check(
+    node: str, slurm_bin: Path, marker_dir: Path = MARKER_DIR, env_file: Path = NODE_ENV
+) -> HealthResult:
     scontrol = str(slurm_bin / "scontrol")
     facts = slurm_facts(node, scontrol)
     if facts is None or not facts.cloud:
         return HealthResult(node, False, (), False, "none")
+    try:
+        reported = report(facts, scontrol, env_file)
+    except (RuntimeError, OSError, subprocess.TimeoutExpired) as exc:
+        reported = f"not reported: {exc}"
     problems: list[str] = []
     if facts.gpus:
         nvidia_smi = shutil.which("nvidia-smi", path=f"{os.environ.get('PATH', '')}:{EXTRA_PATH}")
@@ -213,7 +267,7 @@ def health_check(node: str, slurm_bin: Path, marker_dir: Path = MARKER_DIR) -> H
     boot = first_check_since_boot(facts.name, started, marker_dir)
     remember_checked(facts.name, started, marker_dir)
     if not problems:
-        return HealthResult(node, True, (), boot, "none")
+        return HealthResult(node, True, (), boot, "none", reported)
     detail = "; ".join(problems)[:200]
     if boot:
         reason, state, action = (
@@ -224,4 +278,4 @@ def health_check(node: str, slurm_bin: Path, marker_dir: Path = MARKER_DIR) -> H
     else:
         reason, state, action = str(Reason(HEALTH, detail)), "DRAIN", "drain"
     run([scontrol, "update", f"nodename={node}", f"state={state}", reason_arg(reason)])
-    return HealthResult(node, True, tuple(problems), boot, action)
+    return HealthResult(node, True, tuple(problems), boot, action, reported)

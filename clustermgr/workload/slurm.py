@@ -18,6 +18,7 @@ from typing import Any
 from clustermgr.core import progress_marks
 from clustermgr.core.errors import WorkloadError
 from clustermgr.core.inputs import ADDRESS_RULE, is_host_address, slurm_word_problem
+from clustermgr.core.node_report import NodeReport, parse_extra
 from clustermgr.workload.base import (
     PendingJob,
     RunningJob,
@@ -312,7 +313,19 @@ def _parse_node(raw: Mapping[str, Any]) -> WorkloadNode:
         address=str(raw.get("address") or "") or None,
         hostname=str(raw.get("hostname") or "") or None,
         reason=str(raw.get("reason") or ""),
+        report=_report(str(raw["name"]), raw.get("extra")),
     )
+
+
+def _report(name: str, extra: Any) -> NodeReport | None:
+    """The node's own report from its Extra field; junk is skipped with a warning (the
+    node then reports nothing, and nothing is judged on it)."""
+    if not isinstance(extra, str) or not extra:
+        return None
+    report, problem = parse_extra(extra)
+    if problem:
+        log.warning("node %s: its image report (Slurm's Extra field) skipped: %s", name, problem)
+    return report
 
 
 BASE_STATES = frozenset(

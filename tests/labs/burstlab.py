@@ -30,6 +30,7 @@ class BurstLabSpec:
     gpus: int = 2
     gpu_model: str = "fake"
     instance_type: str = "local.gpu2"
+    image: str = "local"  # the template's image: a raw id, or an image definition's name
     partition: str = "cloud"
     demand_mode: str = "policy"
     slurm_user: str = "root"
@@ -199,7 +200,7 @@ provider = "local"
 partition = "{s.partition}"
 nodes = "{s.nodes}"
 instance_types = ["{s.instance_type}"]
-image = "local"
+image = "{s.image}"
 cpus = {s.cpus}
 memory_mb = {s.memory_mb}
 {f'gpu_model = "{s.gpu_model}"' if s.gpus else ""}

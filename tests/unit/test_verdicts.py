@@ -29,7 +29,7 @@ from clustermgr.scaling.verdicts import (
 )
 from clustermgr.workload.base import WorkloadNode, WorkloadSnapshot
 
-CONDITIONS = ("expired", "policy_mode")
+CONDITIONS = ("expired", "policy_mode", "stale_image")
 DOCS = Path(__file__).resolve().parents[2] / "docs" / "architecture.md"
 NOW = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 
@@ -64,7 +64,7 @@ def test_each_row_decides_some_combination(rule: Rule) -> None:
 def test_every_combination_has_exactly_one_verdict() -> None:
     combos = itertools.product(NodeState, CloudSeen, SlurmSeen, every_fact_set())
     verdicts = {combo: judge(*combo).verdict for combo in combos}
-    assert len(verdicts) == len(NodeState) * len(CloudSeen) * len(SlurmSeen) * 4
+    assert len(verdicts) == len(NodeState) * len(CloudSeen) * len(SlurmSeen) * 8
     assert set(verdicts.values()) <= set(Verdict)
 
 

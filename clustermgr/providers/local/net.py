@@ -50,9 +50,16 @@ BOOT_SCRIPT = (
 KEYED_BOOT_SCRIPT = (
     'sleep "$0"; up=$(cut -d. -f1 /proc/uptime); '
     'exec "$1" --mount --propagation private --time --boottime "-$up" --fork --kill-child '
-    '"$2" "--net=$3" /bin/sh -c "$4" "$5" "$6" "$7" "$8" "$9" "${10}"'
+    '"$2" "--net=$3" /bin/sh -c "$4" "$5" "$6" "$7" "$8" "$9" "${10}" "${11}"'
 )
+# The image's node.env (what its user-data writes, "" without one) on a private tmpfs over
+# /etc/clustermgr, where the node's health check reads it.
 NODE_BOOT = """set -eu
+if [ -n "$6" ]; then
+    mount -t tmpfs -o mode=0755,size=1m clustermgr-node /etc/clustermgr
+    install -m 0644 "$6" /etc/clustermgr/node.env
+    rm -f "$6"
+fi
 mount -t tmpfs -o mode=0755,size=1m clustermgr-munge /run/munge
 mount -t tmpfs -o mode=0700,size=1m clustermgr-munge-key /etc/munge
 chown munge:munge /run/munge /etc/munge
@@ -73,6 +80,7 @@ setpriv --reuid=munge --regid=munge --init-groups munged \
 exec "$0" -D -N "$1" --conf-server "$2"
 """
 MUNGE_RUN_DIR = Path("/run/munge")
+NODE_ENV_DIR = Path("/etc/clustermgr")
 
 
 @dataclass(frozen=True)
@@ -82,6 +90,7 @@ class KeyBoot:
     url: str
     pin: str
     token_file: Path
+    node_env_file: Path | None = None  # the image's node.env for the node (root-only)
 
 
 def tool(name: str) -> str | None:
@@ -317,7 +326,10 @@ def spawn_slurmd(
             key.url,
             key.pin,
             str(key.token_file),
+            str(key.node_env_file or ""),
         ]
+        if key.node_env_file is not None:
+            NODE_ENV_DIR.mkdir(mode=0o755, exist_ok=True)  # the mount point of the node's own
     env = {"PATH": TOOL_PATH, "CLUSTERMGR_NODE": node, "LANG": "C.UTF-8"}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     actions = [

@@ -339,7 +339,11 @@ class LocalProvider:
         key = None
         write_secret(self.user_data_file(instance_id), boot.user_data)
         if boot.key is not None:
-            key = net.KeyBoot(boot.key.url, boot.key.pin, self._token_file(instance_id))
+            env_file = None
+            if boot.node_env:
+                env_file = self._token_file(instance_id).with_suffix(".node.env")
+                write_secret(env_file, boot.node_env)
+            key = net.KeyBoot(boot.key.url, boot.key.pin, self._token_file(instance_id), env_file)
             write_secret(key.token_file, boot.key.token)
         return net.spawn_slurmd(instance_id, node, boot.conf_server, self.slurmd, log_path, key)
 
@@ -360,6 +364,7 @@ class LocalProvider:
     def _remove_workdir(self, instance_id: str) -> None:
         shutil.rmtree(self._workdir(instance_id), ignore_errors=True)
         self._token_file(instance_id).unlink(missing_ok=True)
+        self._token_file(instance_id).with_suffix(".node.env").unlink(missing_ok=True)
         self.user_data_file(instance_id).unlink(missing_ok=True)
 
     def _stall(self, state: State, at: str) -> None:
