@@ -132,6 +132,12 @@ def once(lab: CloudLab) -> str:
     return done.stdout + done.stderr
 
 
+def reason(lab: CloudLab, job: str) -> str:
+    """Slurm's pending reason for one job, as squeue prints it."""
+    assert lab.slurm is not None
+    return str(lab.slurm.run("squeue", "-h", "-j", job, "-o", "%r").stdout.strip())
+
+
 def looked_at(lab: CloudLab) -> bool:
     """Slurm's scheduler has given every pending job its reason."""
     assert lab.slurm is not None
@@ -159,6 +165,12 @@ def test_the_odd_queue(lab: CloudLab) -> None:
     jobs["dependency"] = sbatch(lab, f"--dependency=afterok:{jobs['wide']}")
     lab.slurm.run("scontrol", "hold", jobs["admin_hold"])
     lab.wait("Slurm's scheduler to look at every job", lambda: looked_at(lab), 30)
+    # the dependent job's reason can read otherwise for a moment before Slurm judges its
+    # dependency (one full CI saw it counted as lacking resources): the fate below is
+    # about cm-scale repeating Slurm's reason, so wait for Slurm to give it
+    lab.wait(
+        "Slurm to judge the dependency", lambda: reason(lab, jobs["dependency"]) == "Dependency", 30
+    )
 
     dry = json.loads(run(lab, "clustermgr", "policy", "dry-run", "--json").stdout)
     found = fates(dry)
