@@ -543,8 +543,8 @@ def test_two_jobs_of_four_against_capacity_for_six_launch_exactly_one_job(
 ) -> None:
     """The second job finds room for 2 of its 4 nodes: none start, its nodes go back to the
     pool with the reason, and its fallback (2 slots) cannot take it whole. A cycle later
-    the first job's booting nodes, which Slurm gave that job, are not counted as coming for
-    the second: it is launched for again."""
+    the four booting nodes count as coming for one job only: the other is launched for
+    again."""
     lab = whole_lab
     lab.fake.limit_capacity(6)
     first = lab.submit("-N", "4")
@@ -562,16 +562,23 @@ def test_two_jobs_of_four_against_capacity_for_six_launch_exactly_one_job(
     assert "fallback covers 0 of 4 nodes (aws-b: 2 of 4 nodes" in history[-2]["reason"]
     for job in (first, second):
         assert lab.job(job, "JobState") in ("CONFIGURING", "PENDING")
-    # Slurm's SuspendTimeout (20 s) frees the failed slots; under a full run's load Slurm took
-    # longer than 60 s to allocate the first job's four powering-up nodes
-    deadline = time.monotonic() + 180
+    # Slurm's SuspendTimeout (20 s) frees the failed slots. Slurm places a job on the booting
+    # nodes when it schedules right after their release; when a loaded slurmctld schedules
+    # only after the slots are free (no daemon runs here to hold them again), it places a
+    # job there instead, and the booting nodes wait for the other job: either way one job
+    # holds nodes and the other's are still to launch
+    deadline = time.monotonic() + 120
 
     def settled() -> bool:
-        busy = all(lab.node(n)["State"].startswith(("ALLOC", "MIXED")) for n in launched)
-        return busy and not any("POWERING_DOWN" in lab.node(n)["State"] for n in failed)
+        placed = any(lab.job(job, "NodeList") not in ("", "(null)") for job in (first, second))
+        return placed and not any("POWERING_DOWN" in lab.node(n)["State"] for n in failed)
 
     while not settled():
-        assert time.monotonic() < deadline, [lab.node(n)["State"] for n in launched + failed]
+        states = [lab.node(n)["State"] for n in launched + failed]
+        assert time.monotonic() < deadline, (
+            states,
+            [lab.job(j, "NodeList") for j in (first, second)],
+        )
         time.sleep(1)
     fleets = lab.fake.calls().get("CreateFleet", 0)
     out = lab.once()
