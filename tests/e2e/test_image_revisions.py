@@ -82,6 +82,14 @@ def nodes(lab: BurstLab) -> dict[str, dict[str, Any]]:
     return {row["name"]: row for row in rows}
 
 
+def running_on_revision(lab: BurstLab, job: str, revision: str | None) -> bool:
+    """The job runs on a node that reported `revision` (None: any revision)."""
+    if lab.job_field(job, "JobState") != "RUNNING":
+        return False
+    reported = nodes(lab)[lab.job_field(job, "NodeList")]["image_revision"]
+    return bool(reported) if revision is None else reported == revision
+
+
 def newest_revision(lab: BurstLab) -> str:
     [image] = json.loads(lab.clustermgr("images", "status", "--json").stdout)
     assert (image["director"], image["state"]) == (DIRECTOR, "verified"), image
@@ -100,13 +108,7 @@ def test_a_node_on_an_old_revision_finishes_its_job_and_is_replaced_by_one_on_th
         "--wrap", f"cat /etc/clustermgr/node.env; while [ ! -e '{flag}' ]; do sleep 1; done"
     )
 
-    def running_and_reported() -> bool:
-        if lab.job_field(first, "JobState") != "RUNNING":
-            return False
-        node = lab.job_field(first, "NodeList")
-        return bool(nodes(lab)[node]["image_revision"])
-
-    lab.run_until(running_and_reported, timeout_s=300)
+    lab.run_until(lambda: running_on_revision(lab, first, None), timeout_s=300)
     old_node = lab.job_field(first, "NodeList")
     # requeued once already when the director gate powered its first node down: not ours
     restarts = lab.job_field(first, "Restarts")
@@ -136,12 +138,7 @@ def test_a_node_on_an_old_revision_finishes_its_job_and_is_replaced_by_one_on_th
         "--wrap", f"cat /etc/clustermgr/node.env; while [ ! -e '{flag2}' ]; do sleep 1; done"
     )
 
-    def second_running_on_r2() -> bool:
-        if lab.job_field(second, "JobState") != "RUNNING":
-            return False
-        return nodes(lab)[lab.job_field(second, "NodeList")]["image_revision"] == r2
-
-    lab.run_until(second_running_on_r2, timeout_s=300)
+    lab.run_until(lambda: running_on_revision(lab, second, r2), timeout_s=300)
     new_node = lab.job_field(second, "NodeList")
     assert new_node != old_node
     assert nodes(lab)[new_node]["state"] == "UP"
