@@ -11,8 +11,8 @@ reason) so `policy dry-run` prints a line per group, not per job.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass, replace
 from itertools import compress
 from operator import not_
 
@@ -21,7 +21,7 @@ from clustermgr.policy.decision import ScaleDecision
 from clustermgr.policy.fit import lacks_resources, serving_templates, shape_key, why_not
 from clustermgr.policy.queue import COMMENT, JOB_ID, REASON, no_arrays, shape_keys
 from clustermgr.policy.view import ClusterView, TemplateView
-from clustermgr.scaling.clamp import JobFate, Plan
+from clustermgr.scaling.clamp import JobFate, LaunchOrder, Plan
 from clustermgr.workload.base import PendingJob
 
 SLURM_HOLDS = ("JobHeld", "Held")
@@ -36,10 +36,7 @@ def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list
     accounted: set[str] = set()
     for order in plan.launches:
         served = [job for job in order.jobs if job not in accounted]
-        reason = (
-            f"waiting for {order.template} nodes {compress_hosts(order.nodes)}, launched for it"
-        )
-        groups.setdefault(("served", reason), []).extend(served)
+        groups.setdefault(("served", served_reason(order)), []).extend(served)
         accounted.update(served)
     for refusal in plan.refusals:
         refused = [job for job in refusal.jobs if job not in accounted]
@@ -61,6 +58,39 @@ def account_jobs(view: ClusterView, decision: ScaleDecision, plan: Plan) -> list
         for (status, reason), jobs in groups.items()
         if jobs
     ]
+
+
+def served_reason(order: LaunchOrder) -> str:
+    return f"waiting for {order.template} nodes {compress_hosts(order.nodes)}, launched for it"
+
+
+def as_launched(plan: Plan, launched: Collection[str], failed: Mapping[str, str]) -> list[JobFate]:
+    """The plan's fates once its launches ran: a job served by a launch that started none of
+    its nodes (alternates included) waits with the failure's reason, and one that started
+    some names the nodes that did, so no comment says "launched for it" of a launch that
+    failed."""
+    orders = {served_reason(order): order for order in plan.launches}
+    fates = []
+    for fate in plan.jobs:
+        order = orders.get(fate.reason) if fate.status == "served" else None
+        if order is None:
+            fates.append(fate)
+            continue
+        tried = list(order.nodes) + [n for alt in order.alternates for n in alt.nodes]
+        got = [n for n in tried if n in launched]
+        why = next((failed[n] for n in order.nodes if n in failed), "")
+        if not got:
+            reason = f"launch failed, decided again next cycle: {why or 'no node started'}"
+            fates.append(replace(fate, status="waiting", reason=reason))
+        elif sorted(got) != sorted(order.nodes):
+            short = len(order.nodes) - len(got)
+            reason = f"waiting for nodes {compress_hosts(got)}, launched for it"
+            if short > 0:
+                reason += f" ({short} of {len(order.nodes)} failed: {why})"
+            fates.append(replace(fate, reason=reason))
+        else:
+            fates.append(fate)
+    return fates
 
 
 @dataclass

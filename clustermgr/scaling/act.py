@@ -24,6 +24,7 @@ from clustermgr.core.reasons import (
 from clustermgr.db.models import ClusterEvent, Node
 from clustermgr.nodes.states import NodeState, transition
 from clustermgr.policy.view import ClusterView
+from clustermgr.scaling.accounting import as_launched
 from clustermgr.scaling.actor import Actor, LaunchOutcome
 from clustermgr.scaling.clamp import LaunchOrder, Plan, StopOrder
 from clustermgr.scaling.comments import comment_updates
@@ -187,7 +188,8 @@ def act_on_plan(
     hold_policy_nodes(actor, view, plan)
     for refusal in plan.refusals:
         record(actor, "refusal", f"{refusal.template}: {refusal.reason}")
-    out.commented = actor.comment(comment_updates(view, plan))  # what users see, last
+    fates = as_launched(plan, set(out.launched), out.failed)
+    out.commented = actor.comment(comment_updates(view, fates))  # what users see, last
 
 
 def launch(

@@ -16,10 +16,12 @@ our comment) as still waiting for nodes, so neither the policies nor the verdict
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from clustermgr.core.reasons import HOLD_PREFIX, Reason
 from clustermgr.policy.view import ClusterView
 from clustermgr.scaling.accounting import SLURM_SAYS
-from clustermgr.scaling.clamp import JobFate, Plan
+from clustermgr.scaling.clamp import JobFate
 from clustermgr.workload.base import comment_text
 
 PREFIX = HOLD_PREFIX  # "clustermgr: ", as on the nodes cm-scale holds
@@ -38,11 +40,11 @@ def verdict_text(fate: JobFate) -> str:
     return comment_text(PREFIX + text)
 
 
-def comment_updates(view: ClusterView, plan: Plan) -> dict[str, list[str]]:
+def comment_updates(view: ClusterView, fates: Iterable[JobFate]) -> dict[str, list[str]]:
     """text -> the pending jobs whose comment becomes it ("" clears ours): only jobs whose
     comment differs and is ours or empty, at most MAX_JOBS_PER_CYCLE of them."""
     wanted: dict[str, str] = {}
-    for fate in plan.jobs:
+    for fate in fates:
         text = verdict_text(fate)
         if text:
             wanted.update(dict.fromkeys(fate.jobs, text))

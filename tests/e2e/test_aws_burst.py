@@ -562,6 +562,13 @@ def test_two_jobs_of_four_against_capacity_for_six_launch_exactly_one_job(
     assert "fallback covers 0 of 4 nodes (aws-b: 2 of 4 nodes" in history[-2]["reason"]
     for job in (first, second):
         assert lab.job(job, "JobState") in ("CONFIGURING", "PENDING")
+    comments = sorted(
+        lab.slurm.run("squeue", "-h", "-j", job, "-o", "%k").stdout.strip()
+        for job in (first, second)
+    )
+    assert comments[0].startswith("clustermgr: waiting for aws-a nodes aws-"), comments
+    assert comments[1].startswith("clustermgr: waiting: launch failed"), comments
+    assert "(Code:CAPACITY) AllOrNothing" in comments[1], comments
     # Slurm's SuspendTimeout (20 s) frees the failed slots. Slurm places a job on the booting
     # nodes when it schedules right after their release; when a loaded slurmctld schedules
     # only after the slots are free (no daemon runs here to hold them again), it places a

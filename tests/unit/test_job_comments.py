@@ -9,7 +9,7 @@ import pytest
 from clustermgr.cli.plan_output import plan_rows
 from clustermgr.config import PolicyRef
 from clustermgr.policy.decision import Refusal, ScaleDecision
-from clustermgr.scaling.accounting import account_jobs
+from clustermgr.scaling.accounting import account_jobs, as_launched
 from clustermgr.scaling.clamp import LaunchOrder, Plan
 from clustermgr.scaling.comments import MAX_JOBS_PER_CYCLE, comment_updates
 from clustermgr.workload.base import COMMENT_MAX, comment_text
@@ -34,7 +34,7 @@ def updates(jobs: list[object], plan: Plan, **templates: object) -> dict[str, li
     if templates:
         v = view([], jobs, templates=templates)
     plan.jobs = account_jobs(v, ScaleDecision(), plan)
-    return comment_updates(v, plan)
+    return comment_updates(v, plan.jobs)
 
 
 def test_each_verdict_reads_as_cm_scale_s_own() -> None:
@@ -52,6 +52,31 @@ def test_each_verdict_reads_as_cm_scale_s_own() -> None:
         "1": "clustermgr: waiting for gpu nodes g[1-2], launched for it",
         "2": "clustermgr: unfit: needs 3 GPUs per node, gpu has 2",
     }  # Slurm's own hold, dependency and on-prem partition: Slurm's reason says it
+
+
+def test_a_job_whose_launch_failed_is_not_told_it_was_launched_for() -> None:
+    """The comment is written after the launches: one that started none of the job's nodes
+    gives the failure, one that started some names those."""
+    capacity = "(Code:CAPACITY) AllOrNothing: all-or-nothing: got 0 of 2"
+    plan = Plan(
+        launches=[
+            LaunchOrder("gpu", ("g1", "g2"), "on-demand", "r-1", "qd", ("1",)),
+            LaunchOrder("gpu", ("g3", "g4"), "on-demand", "r-2", "qd", ("2",)),
+            LaunchOrder("gpu", ("g5", "g6"), "on-demand", "r-3", "qd", ("3",)),
+        ]
+    )
+    jobs = [job(str(i), gpus_per_node=1) for i in (1, 2, 3)]
+    v = view([], jobs, templates={"gpu": template(gpus=2, memory_mb=2000, max_nodes=6)})
+    plan.jobs = account_jobs(v, ScaleDecision(), plan)
+    failed = {"g3": capacity, "g4": capacity, "g6": "(Code:CAPACITY) short"}
+    found = comment_updates(v, as_launched(plan, {"g1", "g2", "g5"}, failed))
+    by_job = {j: text for text, ids in found.items() for j in ids}
+    assert by_job == {
+        "1": "clustermgr: waiting for gpu nodes g[1-2], launched for it",
+        "2": f"clustermgr: waiting: launch failed, decided again next cycle: {capacity}",
+        "3": "clustermgr: waiting for nodes g5, launched for it (1 of 2 failed: "
+        "(Code:CAPACITY) short)",
+    }
 
 
 def test_a_protected_template_s_jobs_carry_its_code_and_retry_time() -> None:
