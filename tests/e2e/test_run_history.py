@@ -43,6 +43,11 @@ def job_runs(lab: CloudLab) -> int:
         return int(db.execute("SELECT count(*) FROM job_runs").fetchone()[0])
 
 
+def node_state(lab: CloudLab, node: str) -> str:
+    assert lab.slurm is not None
+    return lab.slurm.run("sinfo", "-h", "-n", node, "-o", "%T", check=False).stdout.strip()
+
+
 def state(lab: CloudLab, job_id: str) -> str:
     return lab.job(job_id, "JobState")
 
@@ -50,6 +55,9 @@ def state(lab: CloudLab, job_id: str) -> str:
 def test_dry_run_holds_a_job_the_history_says_starts_soon(lab: CloudLab) -> None:
     assert lab.slurm is not None
     with lab.daemon():
+        # the first cycle holds the burst node first: a job Slurm placed on it before would
+        # be requeued when it is held, and wait out Slurm's 2-minute requeue BeginTime
+        lab.wait("the burst node held", lambda: "drain" in node_state(lab, "burst-1"), 60)
         for done in range(1, 4):  # one after another on the one node: each seen to end
             short = lab.submit("--exclusive", "-t", "1", "--wrap", "sleep 15")
             lab.wait(f"job {short} to finish", lambda j=short: state(lab, j) == "COMPLETED", 240)
