@@ -3,14 +3,16 @@ plain HTTP on 127.0.0.1, for the real openstacksdk.
 
 It answers what openstacksdk calls for clustermgr: version discovery documents, the password
 token flow (`POST /identity/v3/auth/tokens`, a catalog pointing back at this server, 401 for
-a wrong password), flavors (detail, with `extra_specs`), servers (create, list and detail list
-paged with `marker`/`limit` and `servers_links`, get, delete), Glance v2 images with their
-data (tests/fakes/glance_fake.py: create, upload, download, update, delete), networks by name
-or id, and key pairs. `image_regions` adds regions that have only a Glance (each its own
-store, in the catalog as `image` endpoints of that region), the source of a copy. A new
-server is BUILD for `build_polls` reads, then ACTIVE, or ERROR with the fault {"code": 500,
-"message": "No valid host was found. ..."} when capacity is exhausted (or another fault
-injected by `fail_next_creates`).
+a wrong password), flavors (detail, with `extra_specs`), servers (create, multi-create with
+`min_count`/`max_count` as Nova does it (tests/fakes/openstack_multicreate.py), list and
+detail list paged with `marker`/`limit` and `servers_links`, filtered by `name`, `status`
+and `reservation_id`, get, rename, metadata set (409 while BUILD), delete), Glance v2
+images with their data (tests/fakes/glance_fake.py: create, upload, download, update,
+delete), networks by name or id, and key pairs. `image_regions` adds regions that have
+only a Glance (each its own store, in the catalog as `image` endpoints of that region), the
+source of a copy. A new server is BUILD for `build_polls` reads, then ACTIVE, or ERROR with
+the fault {"code": 500, "message": "No valid host was found. ..."} when capacity is
+exhausted (or another fault injected by `fail_next_creates`).
 
 Where each answer's shape was seen (Debian 12's nova, 2:26.2.2 "Zed", python3-nova):
 - the microversion range: nova/api/openstack/api_version_request.py `_MAX_API_VERSION = '2.93'`;
@@ -52,6 +54,7 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 import requests
 
 from tests.fakes import http_fake
+from tests.fakes import openstack_multicreate as multicreate
 from tests.fakes.glance_fake import Glance
 from tests.fakes.http_fake import JSON, HttpFake, Reply
 from tests.fakes.openstack_server_groups import BadRequest, NotFound, ServerGroups
@@ -74,6 +77,11 @@ BUILD_ABORTED = "Build of instance {uuid} aborted: Image {image} is unacceptable
 MAX_RETRIES = (
     "Exceeded maximum number of retries. Exhausted all hosts available for retrying build "
     "failures for instance {uuid}."
+)
+# nova/exception.py MultiplePortsNotApplicable: a port is one server's (multi-create)
+MULTIPLE_WITH_PORT = (
+    "Failed to launch instances: Unable to launch multiple instances with a single "
+    "configured port ID. Please launch your instance one by one with different ports."
 )
 THROTTLE_MESSAGE = "This request was rate-limited."
 UPDATED = "2013-07-23T11:33:21Z"
@@ -659,8 +667,23 @@ class FakeOpenStack(HttpFake):
                 if port["device_id"] == rest[0]:
                     port["device_id"], port["device_owner"] = "", ""
             return Reply(204, None)
+        if len(rest) == 1 and req.method == "PUT":  # rename: allowed in any state
+            server = self._server_by_id(rest[0])
+            name = (req.json().get("server") or {}).get("name")
+            if isinstance(name, str) and name:
+                server["name"] = name
+            return Reply(200, {"server": self._view(server)})
         if len(rest) == 2 and rest[1] == "metadata" and req.method == "GET":
             return Reply(200, {"metadata": dict(self._server_by_id(rest[0])["metadata"])})
+        if len(rest) == 2 and rest[1] == "metadata" and req.method == "POST":
+            server = self._server_by_id(rest[0])
+            if server["status"] == "BUILD":
+                raise NovaError(409, multicreate.metadata_refused(server["id"]))
+            update = req.json().get("metadata")
+            if not isinstance(update, dict):
+                raise NovaError(400, "Invalid input for field/attribute metadata.")
+            server["metadata"].update({str(k): str(v) for k, v in update.items()})
+            return Reply(200, {"metadata": dict(server["metadata"])})
         raise NovaError(404, f"no servers route {req.method} {req.path}")
 
     def _server_by_id(self, server_id: str) -> JSON:
@@ -674,6 +697,8 @@ class FakeOpenStack(HttpFake):
         name = req.query.get("name")
         if name:
             items = [s for s in items if re.search(name, s["name"])]
+        if req.query.get("reservation_id"):
+            items = [s for s in items if s.get("reservation_id") == req.query["reservation_id"]]
         if req.query.get("status"):
             items = [s for s in items if s["status"] == req.query["status"].upper()]
         marker = req.query.get("marker")
@@ -709,24 +734,34 @@ class FakeOpenStack(HttpFake):
         key_name = spec.get("key_name")
         if key_name is not None and key_name not in self.keypairs:
             raise NovaError(400, "Invalid key_name provided.")
-        quota = self.state.quota_instances
-        if quota is not None and len(self.state.servers) >= quota:
-            used = len(self.state.servers)
-            raise NovaError(403, QUOTA_MESSAGE.format(used=used, limit=quota) + " instances")
-        server = self._new_server(spec, flavor, image_id, networks)
-        try:
-            hints = body.get("os:scheduler_hints") or body.get("OS-SCH-HNT:scheduler_hints")
-            self.server_groups.join(hints, server["id"])
-        except BadRequest as exc:
-            raise NovaError(400, str(exc)) from None
+        made = self._count_allowed(spec)
         asked = spec.get("networks")
-        for net in asked if isinstance(asked, list) else []:
-            if "port" in net:
-                self.state.ports[str(net["port"])]["device_id"] = server["id"]
-                self.state.ports[str(net["port"])]["device_owner"] = "compute:nova"
-        server["block_device_mapping_v2"] = volumes
-        server["volumes"] = [str(uuid.uuid4()) for _ in volumes]
-        self.state.servers[server["id"]] = server
+        ports = [str(n["port"]) for n in asked if "port" in n] if isinstance(asked, list) else []
+        if ports and made > 1:  # nova/compute/api.py _check_requested_networks
+            raise NovaError(400, MULTIPLE_WITH_PORT)
+        reservation = multicreate.reservation_id()
+        fates = self._fates(str(flavor.get("name", "")), made)
+        hints = body.get("os:scheduler_hints") or body.get("OS-SCH-HNT:scheduler_hints")
+        servers = []
+        for index, fate in enumerate(fates):
+            server = self._new_server(spec, flavor, image_id, networks, fate)
+            server["name"] = multicreate.name_of(str(spec["name"]), made, index)
+            server["reservation_id"] = reservation
+            try:
+                self.server_groups.join(hints, server["id"])
+            except BadRequest as exc:
+                raise NovaError(400, str(exc)) from None
+            servers.append(server)
+        for port in ports:
+            self.state.ports[port]["device_id"] = servers[0]["id"]
+            self.state.ports[port]["device_owner"] = "compute:nova"
+        for server in servers:
+            server["block_device_mapping_v2"] = volumes
+            server["volumes"] = [str(uuid.uuid4()) for _ in volumes]
+            self.state.servers[server["id"]] = server
+        if spec.get("return_reservation_id") is True:
+            return Reply(202, {"reservation_id": reservation})
+        server = servers[0]  # servers.py create: the first server of the request
         reply = {
             "id": server["id"],
             "links": _links(self.url, server["id"]),
@@ -789,7 +824,38 @@ class FakeOpenStack(HttpFake):
             found.append(names[net["uuid"]])
         return found
 
-    def _new_server(self, spec: JSON, flavor: JSON, image_id: str, networks: list[str]) -> JSON:
+    def _count_allowed(self, spec: JSON) -> int:
+        """How many servers this create makes: max_count, cut to the quota; 403 when not even
+        min_count fit (tests/fakes/openstack_multicreate.py)."""
+        try:
+            wanted = multicreate.counts(spec)
+        except multicreate.CountError as exc:
+            raise NovaError(400, str(exc)) from None
+        quota, used = self.state.quota_instances, len(self.state.servers)
+        made = wanted.allowed(None if quota is None else quota - used)
+        if made is None:
+            limit = quota if quota is not None else used
+            message = QUOTA_MESSAGE.format(used=used, limit=limit) + " instances"
+            raise NovaError(403, message.replace("Requested 1", f"Requested {wanted.least}"))
+        return made
+
+    def _fates(self, flavor: str, count: int) -> list[str]:
+        """Each server's fate; a request that does not fit whole is NoValidHost for all its
+        servers (the scheduler schedules it whole: tests/fakes/openstack_multicreate.py)."""
+        if count == 1:
+            return [self._fate(flavor)]
+        state = self.state
+        if state.capacity_faults > 0:
+            state.capacity_faults -= 1
+            return ["ERROR"] * count
+        limits = [n for n in (state.capacity, state.flavor_capacity.get(flavor)) if n is not None]
+        if limits and min(limits) < count:
+            return ["ERROR"] * count
+        return [self._fate(flavor) for _ in range(count)]
+
+    def _new_server(
+        self, spec: JSON, flavor: JSON, image_id: str, networks: list[str], fate: str
+    ) -> JSON:
         if spec.get("user_data"):
             base64.b64decode(spec["user_data"], validate=True)  # Nova insists on base64
         now = datetime.now(UTC)
@@ -813,7 +879,7 @@ class FakeOpenStack(HttpFake):
             "launched_at": None,
             "fault": None,
             "_views": 0,
-            "_fate": self._fate(str(flavor.get("name", ""))),
+            "_fate": fate,
         }
 
     def _fate(self, flavor: str) -> str:

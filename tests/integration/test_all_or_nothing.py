@@ -8,6 +8,7 @@ import re
 from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -67,3 +68,66 @@ def test_two_jobs_of_four_against_capacity_for_six_start_exactly_one_job(
     # AWS starts none (MinTargetCapacity); Azure and OpenStack start 2 and release them
     assert re.search(r"all-or-nothing: got [02] of 4\b", reason.reason()), reason
     assert len(running(harness)) == 4
+
+
+def creates(fake: Any) -> int:
+    """POST /servers calls the OpenStack fake answered."""
+    posts = fake.requests("POST", "/compute/v2.1/servers")
+    return len([p for _, p in posts if p.rstrip("/").endswith("/servers")])
+
+
+def test_openstack_tries_each_flavor_with_one_multi_create(tmp_path: Path) -> None:
+    """Nova's multi-create: one POST /servers per flavor (min_count = max_count = 4); the
+    short one is NoValidHost for all four (Nova schedules the request whole) and is deleted;
+    the servers of the second are named and tagged for their nodes."""
+    from tests.fakes.openstack_harness import contract_harness
+
+    with contract_harness(tmp_path) as os_harness:
+        first, second = os_harness.spec([]).instance_types[:2]
+        os_harness.limit_capacity(3, first)
+        names = [f"n-{i}" for i in range(1, 5)]
+        result = os_harness.provider().launch(whole(os_harness, names), 4, "req-multi-1")
+        assert result.ok, result.errors
+        assert creates(os_harness.fake) == 2
+        servers = os_harness.fake.servers()
+        assert sorted(s["name"] for s in servers) == [f"contract-{n}" for n in names]
+        assert {s["flavor"]["name"] for s in servers} == {second}
+        assert sorted(s["metadata"]["clustermgr-node"] for s in servers) == names
+        assert len({s["reservation_id"] for s in servers}) == 1  # one request made them all
+        error = result.errors[0]
+        assert len(result.errors) == 1, result.errors  # one request failed: one error
+        assert (error.kind, error.instance_type, error.count) == (ErrorKind.CAPACITY, first, 4)
+        assert "No valid host" in error.message
+
+
+def test_openstack_retry_binds_what_a_crashed_try_made_and_deletes_the_rest(
+    tmp_path: Path,
+) -> None:
+    """A daemon that died after its multi-create left five unbound servers of the request
+    (tagged with it, no node yet): the retry of that request binds four to its nodes, deletes
+    the fifth and creates nothing."""
+    import openstack
+
+    from clustermgr.providers.base import ours
+    from clustermgr.providers.openstack.multicreate import request_name
+    from tests.fakes.openstack_harness import GOOD_CLOUD, contract_harness
+
+    with contract_harness(tmp_path) as os_harness:
+        fake, spec = os_harness.fake, whole(os_harness, [f"n-{i}" for i in range(1, 5)])
+        compute = openstack.connect(cloud=GOOD_CLOUD).compute
+        compute.create_server(
+            name=request_name("contract", "req-crash-1"),
+            flavor_id=fake.flavors[2]["id"],  # g1.a100x8, the spec's first
+            image_id=fake.images["ubuntu-24.04"],
+            networks="auto",
+            metadata=ours("contract", spec.template, "req-crash-1", {}),
+            min_count=5,
+            max_count=5,
+        )
+        before = creates(fake)
+        result = os_harness.provider().launch(spec, 4, "req-crash-1")
+        assert result.ok, result.errors
+        assert creates(fake) == before  # nothing created
+        servers = fake.servers()
+        assert sorted(s["name"] for s in servers) == [f"contract-n-{i}" for i in range(1, 5)]
+        assert sorted(s["metadata"]["clustermgr-node"] for s in servers) == list(spec.node_names)

@@ -25,7 +25,7 @@ GOOD_CLOUD = "realnova"
 BAD_CLOUD = "realnova-wrong"
 WRONG_PASSWORD = "wrong-pw-realnova-3b1e"
 DEFAULT_FLAVORS = ("g1.small",)
-HOST_VCPUS = 2  # SmallFakeDriver; g1.small takes one
+HOST_VCPUS = 4  # SmallFakeDriver's 2 at cpu_allocation_ratio 2.0; g1.small takes one
 KEY_NAME = "burst-key"
 GONE_TIMEOUT_S = 60.0
 

@@ -1,8 +1,8 @@
 """The provider contract (tests/integration/test_provider_contract.py) against a real Nova:
 Debian 12's OpenStack Zed control plane, started for this session (tests/services/openstack).
-Capacity runs out for real (SmallFakeDriver's 2 vCPUs: NoValidHost from the scheduler) and
-quota is Nova's own refusal. Nova has no throttling of its own: THROTTLED stays a fake-only
-reaction (docs/reliability.md)."""
+Capacity runs out for real (SmallFakeDriver's host holds four g1.small: NoValidHost from the
+scheduler) and quota is Nova's own refusal. Nova has no throttling of its own: THROTTLED
+stays a fake-only reaction (docs/reliability.md)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def test_real_nova_refusals_come_back_typed(harness: RealNovaHarness, kind: Erro
 
 
 def test_no_valid_host_falls_back_to_the_next_flavor(harness: RealNovaHarness) -> None:
-    """g1.quad (4 vCPUs) fits no host: Nova's scheduler says NoValidHost and the provider
+    """g1.quad (16 GiB) fits no host: Nova's scheduler says NoValidHost and the provider
     launches the node with the next flavor of the spec."""
     provider = harness.provider()
     spec = harness.spec(["n-001"], instance_types=["g1.quad", "g1.small"])

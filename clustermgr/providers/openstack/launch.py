@@ -12,8 +12,12 @@ All or nothing (`LaunchSpec.all_or_nothing`): every round gives every node a ser
 same flavor x zone; a round that does not bring them all ACTIVE is deleted at once (and
 looked up again) and the next flavor or zone gets every node.
 
-This module does not import the provider: it asks for what it needs as `Nova` (provider.py
-implements it), so the provider imports the launch and not the other way round.
+All or nothing without SR-IOV makes each round's servers with one multi-create
+(multicreate.py); with fabric "sriov" every server needs its own pre-made port, so those
+rounds create one server per node.
+
+This module does not import the provider: it asks for what it needs as `Nova` (tasks.py;
+provider.py implements it), so the provider imports the launch and not the other way round.
 """
 
 from __future__ import annotations
@@ -23,70 +27,28 @@ import logging
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, TypeVar
+from dataclasses import dataclass
+from typing import Any
 
 from clustermgr.core import progress_marks
 from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.base import (
     TAG_NODE,
     TAG_REQUEST,
-    CloudInstance,
-    LaunchError,
     LaunchResult,
     LaunchSpec,
     ours,
     short_whole,
 )
-from clustermgr.providers.openstack.client import Timing
 from clustermgr.providers.openstack.errors import NOT_FOUND_CODES, fault_failure
+from clustermgr.providers.openstack.multicreate import MultiCreate
 from clustermgr.providers.openstack.shapes import instance_of, server_name
 from clustermgr.providers.openstack.sriov import PORT_KEY, ensure_port
+from clustermgr.providers.openstack.tasks import Attempt, NodeTask, Nova
 
 log = logging.getLogger(__name__)
 
 BUILDING = frozenset({"BUILD", "REBUILD"})
-T = TypeVar("T")
-U = TypeVar("U")
-
-
-class Nova(Protocol):
-    """What a launch needs from the OpenStack provider."""
-
-    cluster: str
-    region: str
-    timing: Timing
-
-    def bad(self, spec: LaunchSpec, field_name: str, value: str, why: str) -> ProviderError: ...
-
-    def need_names(self, spec: LaunchSpec, count: int) -> None: ...
-
-    def service(self, name: str) -> Any: ...
-
-    def call(self, what: str, fn: Callable[[], T], operation: str = "") -> T: ...
-
-    def flavors(self) -> list[Any]: ...
-
-    def refresh_flavors(self) -> list[Any]: ...
-
-    def flavor_names(self) -> dict[str, str]: ...
-
-    def our_servers(self) -> list[Any]: ...
-
-    def get_server(self, server_id: str) -> Any | None: ...
-
-    def delete_server(self, server_id: str) -> None: ...
-
-    def release(self, instance_ids: Sequence[str], request_id: str) -> list[str]: ...
-
-    def parallel(self, fn: Callable[[T], U], items: Sequence[T]) -> list[U]: ...
-
-
-@dataclass(frozen=True)
-class Attempt:
-    flavor: str
-    flavor_id: str
-    zone: str | None
 
 
 @dataclass(frozen=True)
@@ -101,38 +63,6 @@ class ServerPlan:
     networks: list[dict[str, str]] | str
     key_name: str | None
     group_id: str | None = None  # the server group every server goes into (scheduler hint)
-
-
-@dataclass
-class NodeTask:
-    node: str
-    name: str
-    attempts: deque[Attempt]
-    current: Attempt | None = None
-    server_id: str | None = None
-    server: Any = None
-    instance: CloudInstance | None = None
-    errors: list[LaunchError] = field(default_factory=list)
-    done: bool = False
-
-    @property
-    def wants_server(self) -> bool:
-        return (
-            not self.done
-            and self.instance is None
-            and self.server_id is None
-            and bool(self.attempts)
-        )
-
-    @property
-    def waiting(self) -> bool:
-        return not self.done and self.instance is None and self.server_id is not None
-
-    def fail(self, kind: ErrorKind, code: str, message: str, final: bool = True) -> None:
-        at = self.current
-        zone = at.zone if at else None
-        self.errors.append(LaunchError(kind, code, message, at.flavor if at else None, zone, 1))
-        self.done = self.done or final
 
 
 def plan_servers(nova: Nova, spec: LaunchSpec, count: int, request_id: str) -> ServerPlan:
@@ -252,16 +182,27 @@ class Launcher:
             result.errors.extend(task.errors)
 
     def whole_rounds(self, tasks: list[NodeTask], result: LaunchResult) -> None:
-        """One flavor x zone a round for every node; a short round is released before the
-        next (what cannot be released stays, as instances, for the engine to terminate)."""
-        if all(t.instance is not None for t in tasks):  # adopted: an earlier try made them
-            return
+        """One flavor x zone a round for every node (one multi-create, or one create per
+        node for SR-IOV); a short round is released before the next (what cannot be
+        released stays, as instances, for the engine to terminate)."""
+        multi = MultiCreate(self) if self.spec.fabric != "sriov" else None
+        if multi is not None:
+            multi.adopt(tasks)
         for attempt in self.plan.attempts:
+            if all(t.instance is not None for t in tasks):  # adopted: an earlier try made them
+                break
             for task in tasks:
                 if task.instance is None and task.server_id is None:
                     task.attempts, task.done = deque([attempt]), False
-            self.create_round(tasks, self.plan)
-            self.wait_round(tasks)
+            if multi is not None:
+                marks = [len(t.errors) for t in tasks]
+                multi.create(tasks, attempt)
+                self.wait_round(tasks)
+                multi.tag(tasks)
+                multi.collapse(tasks, marks, attempt)
+            else:
+                self.create_round(tasks, self.plan)
+                self.wait_round(tasks)
             got = [t for t in tasks if t.instance is not None]
             if len(got) == len(tasks) or self.halt is not None:
                 return
@@ -277,8 +218,12 @@ class Launcher:
                     task.instance, task.server_id = None, None
             if failed:
                 return
-        for task in tasks:
-            task.done = True
+        else:
+            for task in tasks:
+                task.done = True
+            return
+        if multi is not None:  # adopted whole: they still need their node tags
+            multi.tag(tasks)
 
     # ------------------------------------------------------------------ reuse
 
@@ -346,33 +291,51 @@ class Launcher:
         if halt is not None:
             task.fail(halt.kind, halt.code, halt.args[0])
             return
+        what = f"creating server {task.name} ({task.current.flavor})"
+        # an SR-IOV port is made first, with the attributes: it fails like the create
+        server = self.create(what, lambda: self.server_attrs(task, plan), [task])
+        if server is not None:
+            task.server_id = str(server.id)
+
+    def create(
+        self, what: str, attrs: Callable[[], dict[str, Any]], tasks: Sequence[NodeTask]
+    ) -> Any | None:
+        """One create_server call (None when refused: each task failed, and QUOTA or
+        THROTTLED stops the creations still to come)."""
         compute = self.nova.service("compute")
         try:
-            attrs = self.server_attrs(task, plan)  # an SR-IOV port first: fails like the create
-            server = self.nova.call(
-                f"creating server {task.name} ({task.current.flavor})",
-                lambda: compute.create_server(**attrs),
-                operation="create",
-            )
+            made = attrs()
+            return self.nova.call(what, lambda: compute.create_server(**made), operation="create")
         except ProviderError as exc:
             if exc.kind is ErrorKind.AUTH:
                 raise
-            retry = exc.kind is ErrorKind.CAPACITY and bool(task.attempts)
-            task.fail(exc.kind, exc.code, exc.args[0], final=not retry)
+            for task in tasks:
+                retry = exc.kind is ErrorKind.CAPACITY and bool(task.attempts)
+                task.fail(exc.kind, exc.code, exc.args[0], final=not retry)
             if exc.kind in (ErrorKind.QUOTA, ErrorKind.THROTTLED):
                 self.halt = exc
-            return
-        task.server_id = str(server.id)
+            return None
 
     def server_attrs(self, task: NodeTask, plan: ServerPlan) -> dict[str, Any]:
-        spec, attempt = self.spec, task.current
+        attempt = task.current
         assert attempt is not None
+        attrs = self.base_attrs(attempt, task.name)
+        attrs["metadata"][TAG_NODE] = task.node
+        if self.spec.fabric == "sriov" and isinstance(plan.networks, list):
+            port = ensure_port(self.nova, plan.networks[0]["uuid"], task.name)
+            attrs["networks"] = [{"port": port}]
+            attrs["metadata"][PORT_KEY] = port
+        return attrs
+
+    def base_attrs(self, attempt: Attempt, name: str) -> dict[str, Any]:
+        """create_server's arguments for one attempt: our tags and the request id, no node."""
+        spec, plan = self.spec, self.plan
         tags = ours(self.nova.cluster, spec.template, self.request_id, spec.tags)
         attrs: dict[str, Any] = {
-            "name": task.name,
+            "name": name,
             "flavor_id": attempt.flavor_id,
             "networks": plan.networks,
-            "metadata": {**tags, TAG_NODE: task.node},
+            "metadata": dict(tags),
         }
         if spec.root_volume_gb is None:
             attrs["image_id"] = plan.image_id
@@ -388,10 +351,6 @@ class Launcher:
             attrs["availability_zone"] = attempt.zone
         if plan.group_id:
             attrs["scheduler_hints"] = {"group": plan.group_id}
-        if spec.fabric == "sriov" and isinstance(plan.networks, list):
-            port = ensure_port(self.nova, plan.networks[0]["uuid"], task.name)
-            attrs["networks"] = [{"port": port}]
-            attrs["metadata"][PORT_KEY] = port
         return attrs
 
     # ------------------------------------------------------------------ wait

@@ -212,6 +212,23 @@ class OpenStackProvider(CloudProvider[ServerPlan]):
 
         self.call(f"deleting server {server_id}", delete, operation="delete")
 
+    def rename_server(self, server_id: str, name: str) -> None:
+        """PUT /servers/{id}: Nova renames a server in any state, BUILD included."""
+        compute = self.service("compute")
+        self.call(
+            f"renaming server {server_id} to {name}",
+            lambda: compute.update_server(server_id, name=name),
+        )
+
+    def set_metadata(self, server_id: str, metadata: dict[str, str]) -> None:
+        """Add or change these keys; the others stay. Nova refuses it (409) while the server
+        builds."""
+        compute = self.service("compute")
+        self.call(
+            f"setting metadata of server {server_id}",
+            lambda: compute.set_server_metadata(server_id, **metadata),
+        )
+
     # ------------------------------------------------------------------ check
 
     def checks(self) -> list[Check]:

@@ -221,13 +221,14 @@ def nova(s: Settings) -> tuple[Path, Path]:
                 "osapi_compute_listen": "127.0.0.1",
                 "osapi_compute_listen_port": s.ports.nova,
                 "osapi_compute_workers": 1,
-                # SmallFakeDriver: 2 vCPU / 8 GiB, nothing reserved, no overcommit, so the
-                # third 1-vCPU server finds no host (a real NoValidHost)
+                # SmallFakeDriver: 2 vCPU / 8 GiB, nothing reserved, vCPUs overcommitted 2:1
+                # and memory not at all, so four 1-vCPU 2-GiB servers fit (a 3-node job, one
+                # multi-create) and the fifth finds no host (a real NoValidHost)
                 "compute_driver": "fake.SmallFakeDriver",
-                "cpu_allocation_ratio": 1.0,
+                "cpu_allocation_ratio": 2.0,
                 "ram_allocation_ratio": 1.0,
                 "disk_allocation_ratio": 1.0,
-                "initial_cpu_allocation_ratio": 1.0,
+                "initial_cpu_allocation_ratio": 2.0,
                 "initial_ram_allocation_ratio": 1.0,
                 "initial_disk_allocation_ratio": 1.0,
                 "reserved_host_memory_mb": 0,

@@ -30,8 +30,9 @@ DATABASES = ("keystone", "placement", "glance", "nova_api", "nova", "nova_cell0"
 READY_TIMEOUT_S = 120.0
 REGION = "RegionOne"
 IMAGE_REGION = "RegionTwo"  # start_image_region: a Glance only
-# what the tests launch: SmallFakeDriver's host holds two g1.small; g1.quad never fits
-FLAVORS = {"g1.small": (1, 2048, 1), "g1.tiny": (1, 1024, 1), "g1.quad": (4, 4096, 1)}
+# what the tests launch: SmallFakeDriver's host (4 vCPUs at 2:1, 8 GiB) holds four g1.small;
+# g1.quad (16 GiB) never fits
+FLAVORS = {"g1.small": (1, 2048, 1), "g1.tiny": (1, 1024, 1), "g1.quad": (4, 16384, 1)}
 IMAGE = "debian-fake"
 NETWORK = "burst-net"
 SUBNET_CIDR = "10.31.0.0/24"
