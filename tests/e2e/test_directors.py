@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
@@ -53,7 +54,12 @@ ALICE_UID = 20001
 
 @pytest.fixture
 def lab(lab_dir: Path) -> Iterator[tuple[BurstLab, Slapd]]:
-    why = unavailable()
+    why = unavailable() or next(
+        (f"{tool} is not installed" for tool in ("nslcd", "setpriv") if not shutil.which(tool)),
+        "",
+    )
+    if not why and not Path("/etc/nslcd.conf").exists():
+        why = "no /etc/nslcd.conf (install nslcd and libnss-ldapd)"
     if why:
         cannot_run(f"director end-to-end test cannot run: {why}")
     head_address = net.Subnet.parse(SUBNET).host_address  # the bridge's: namespaces reach it
