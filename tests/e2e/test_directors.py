@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -184,6 +185,7 @@ def test_the_director_comes_first_serves_the_burst_node_and_is_replaced(
     lab: tuple[BurstLab, Slapd],
 ) -> None:
     burst, _head = lab
+    host_name = socket.gethostname()
     first = submit_as_alice(burst)
 
     def first_done() -> bool:
@@ -193,6 +195,10 @@ def test_the_director_comes_first_serves_the_burst_node_and_is_replaced(
 
     burst.run_until(first_done, timeout_s=300)
     check_alice_ran(burst, first)
+    # the node's boot renamed and wrote only its own copies, never this machine's
+    assert socket.gethostname() == host_name
+    assert not Path("/usr/local/sbin/clustermgr-bootstrap").exists()
+    assert not Path("/opt/site").exists()
     ready = director(burst)
     assert (ready["state"], ready["ldap_state"]) == ("ready", "ok")
     assert "verified" in ready["image_state"]
