@@ -45,7 +45,7 @@ from tests.labs.directorlab import (
     make_head,
     unavailable,
 )
-from tests.services.slapd import Slapd, SlapdUnavailable
+from tests.services.slapd import Slapd, SlapdUnavailable, make_tls
 
 SUBNET = "10.213.21.0/24"
 NAME = director_name("local", "here")
@@ -65,8 +65,11 @@ def lab(lab_dir: Path) -> Iterator[tuple[BurstLab, Slapd]]:
         cannot_run(f"director end-to-end test cannot run: {why}")
     head_address = net.Subnet.parse(SUBNET).host_address  # the bridge's: namespaces reach it
     head = make_head(lab_dir / "head", head_address)
+    # the director's certificate names every address it may get on the subnet
+    addresses = net.Subnet.parse(SUBNET).instance_addresses()
+    tls = make_tls(lab_dir / "tls", *addresses)
     tables = director_tables(
-        lab_dir, head, base_image="local.gpu2", boot_timeout_s=60, node_image=True
+        lab_dir, head, base_image="local.gpu2", boot_timeout_s=60, node_image=True, tls=tls
     )
     home = lab_dir / "home"  # what the head exports as /home
     (home / "alice").mkdir(parents=True)

@@ -10,7 +10,14 @@ import shutil
 from pathlib import Path
 
 from clustermgr.imaging.definitions import default_images_dir
-from tests.services.slapd import SUFFIX, Slapd, available, directory_ldif, make_server
+from tests.services.slapd import (
+    SUFFIX,
+    Slapd,
+    TlsFiles,
+    available,
+    directory_ldif,
+    make_server,
+)
 
 ALICE = f"""dn: uid=alice,ou=people,{SUFFIX}
 objectClass: inetOrgPerson
@@ -101,11 +108,14 @@ def head_launcher(workdir: Path, head: Slapd, home: Path) -> list[str]:
     ]
 
 
-def make_image(workdir: Path, base_image: str, node_image: bool = False) -> Path:
+def make_image(
+    workdir: Path, base_image: str, node_image: bool = False, ca_file: Path | None = None
+) -> Path:
     """The tree (etc/motd and motd.link -> etc/motd) and its definition; the definitions
     directory. A `node_image` also has opt/site/bin/hello, and boots burst nodes with the
     shipped cloud-config: /home from the head, /opt/site from the director, users from the
-    director's LDAP replica."""
+    director's LDAP replica (its certificate checked against `ca_file`, put in the tree at
+    opt/site/etc/ldap-ca.pem, when given)."""
     tree = workdir / "tree"
     (tree / "etc").mkdir(parents=True)
     (tree / "etc" / "motd").write_text(MOTD)
@@ -129,14 +139,42 @@ def make_image(workdir: Path, base_image: str, node_image: bool = False) -> Path
             'path = "/opt/site"\noptions = "ro,defaults,_netdev"\n'
             '[name_service]\nkind = "nslcd"\n'
         )
+        if ca_file is not None:
+            on_node = tree / "opt" / "site" / "etc" / "ldap-ca.pem"
+            on_node.parent.mkdir(parents=True)
+            shutil.copyfile(ca_file, on_node)
+            on_node.chmod(0o644)
+            toml += 'ca_file = "/opt/site/etc/ldap-ca.pem"\n'
+
         template = (default_images_dir() / "gpu-node.cloud-init.tmpl").read_text()
     (defs / "base.toml").write_text(toml)
     (defs / "base.tmpl").write_text(template)
     return defs
 
 
+# the lab director's facts (providers/local/director.py), as directors/userdata.py renders
+# them from [ldap] and [images], for a [[directors]] user_data_file that adds TLS
+DIRECTOR_FACTS = """#clustermgr-director
+suffix = "@{ldap_suffix}"
+admin_dn = "@{ldap_admin_dn}"
+password_file = "@{ldap_password_file}"
+rsync_module = "@{rsync_module}"
+push_module = "@{push_module}"
+push_user = "@{push_user}"
+push_secrets = "@{push_secrets}"
+ldap_port = @{ldap_port}
+rsync_port = @{rsync_port}
+"""
+
+
 def director_tables(
-    workdir: Path, head: Slapd, *, base_image: str, boot_timeout_s: float, node_image: bool = False
+    workdir: Path,
+    head: Slapd,
+    *,
+    base_image: str,
+    boot_timeout_s: float,
+    node_image: bool = False,
+    tls: TlsFiles | None = None,
 ) -> str:
     """[[directors]] for provider "local" (READY needs image base and the LDAP replica),
     [images] and [ldap] (syncrepl from `head`); the secrets in files under `workdir`."""
@@ -147,7 +185,15 @@ def director_tables(
     for name, content in secrets.items():
         (workdir / name).write_bytes(content)
         (workdir / name).chmod(0o600)
-    defs = make_image(workdir, base_image, node_image)
+    defs = make_image(workdir, base_image, node_image, tls.ca_file if tls else None)
+    director, replica_tls = "", 'tls = "none"'
+    if tls is not None:  # the director's slapd offers StartTLS with a certificate of the CA
+        template = workdir / "director.tmpl"
+        template.write_text(DIRECTOR_FACTS + (
+            f'tls_cert_file = "{tls.cert_file}"\ntls_key_file = "{tls.key_file}"\n'
+        ))  # fmt: skip
+        director = f'user_data_file = "{template}"'
+        replica_tls = f'tls = "starttls"\nca_file = "{tls.ca_file}"'
     return f"""
 [[directors]]
 provider = "local"
@@ -158,6 +204,7 @@ boot_timeout_s = {boot_timeout_s}
 health_interval_s = 2
 images = ["base"]
 ldap = true
+{director}
 
 [images]
 definitions_dir = "{defs}"
@@ -176,5 +223,5 @@ tls = "none"  # the lab's loopback slapd has no certificate
 [ldap.replica]
 admin_dn = "cn=admin,cn=config"
 credentials = {{ source = "password_file", secret_file = "{workdir / "director.secret"}" }}
-tls = "none"
+{replica_tls}
 """
