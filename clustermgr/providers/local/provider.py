@@ -347,7 +347,10 @@ class LocalProvider:
         return [
             LabDirector(rec.address, str(self._workdir(rec.instance_id) / "image"))
             for rec in state.instances.values()
-            if rec.tags.get(TAG_ROLE) == ROLE_DIRECTOR and rec.status == "running"
+            if rec.tags.get(TAG_ROLE) == ROLE_DIRECTOR
+            and rec.status == "running"
+            and rec.pid is not None
+            and net.alive(rec.pid, rec.pid_start)
         ]
 
     def _spawn(
