@@ -3,12 +3,12 @@ director serves a newer revision, the node is drained with `(Code:IMAGE)`, its r
 finishes, it is powered down, and new work runs on a node of the new revision (issue 23).
 
 The template names the image definition `base` (tests/labs/directorlab.py) whose user-data
-is the shipped cloud-config (images/gpu-node.cloud-init.tmpl): the local provider boots its
-boot script and puts its node.env at /etc/clustermgr/node.env in the node's own mount
-namespace. The node's HealthCheckProgram (`clustermgr-health-check`, run by slurmd as root)
-reports to Slurm; cm-scale reads it from `sinfo --json`. Slurm mode, driven by repeated
-`cm-scale --once`, with the lab director (slapd, rsync). Run it alone, as root, under the
-lab lock (it starts slurmctld):
+is the shipped cloud-config (images/gpu-node.cloud-init.tmpl), which the local provider
+carries out in the node's own mount namespace (node.env at /etc/clustermgr/node.env, the
+boot script starting slurmd). The node's HealthCheckProgram (`clustermgr-health-check`,
+run by slurmd as root) reports to Slurm; cm-scale reads it from `sinfo --json`. Slurm mode,
+driven by repeated `cm-scale --once`, with the lab director (slapd, rsync). Run it alone,
+as root, under the lab lock (it starts slurmctld):
 
     flock /tmp/cm-lab.lock .venv/bin/pytest -p no:xdist tests/e2e/test_image_revisions.py
 """

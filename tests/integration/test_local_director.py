@@ -113,3 +113,8 @@ def test_a_director_spec_needs_its_facts() -> None:
     assert caught.value.kind is ErrorKind.INVALID and "#clustermgr-director" in str(caught.value)
     with pytest.raises(ProviderError, match="password_file"):
         parse_boot(spec_for('#clustermgr-director\nsuffix = "dc=x"\nimage_root = "/tmp/x"\n'))
+    facts = '#clustermgr-director\nsuffix = "dc=x"\npassword_file = "/p"\n'
+    with pytest.raises(ProviderError, match="tls_cert_file and tls_key_file go together"):
+        parse_boot(spec_for(facts + 'tls_cert_file = "/etc/d.pem"\n'))
+    with pytest.raises(ProviderError, match="an absolute path"):
+        parse_boot(spec_for(facts + 'tls_cert_file = "d.pem"\ntls_key_file = "/etc/d.key"\n'))

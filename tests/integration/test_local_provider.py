@@ -334,3 +334,23 @@ def test_an_unrecorded_namespace_on_its_bridge_is_swept_another_bridges_is_not(
         net.delete_network(ours)
         net.delete_network(theirs)
         net.remove_bridge_for(other)
+
+
+def test_a_cloud_config_nfs_mount_with_no_stand_in_starts_nothing(
+    lab: SlurmLab, state_dir: Path
+) -> None:
+    user_data = (
+        "#cloud-config\n"
+        'mounts:\n  - ["10.213.203.1:/home", "/home", nfs, "defaults"]\n'
+        "write_files:\n  - path: /usr/local/sbin/boot\n    permissions: '0755'\n"
+        f"    content: |\n      exec /usr/sbin/slurmd -D -N x --conf-server '{lab.conf_server}'\n"
+        "runcmd:\n  - [/usr/local/sbin/boot]\n"
+    )
+    provider = provider_for(state_dir)
+    result = provider.launch(spec_for(lab, "n-001", user_data=user_data), 1, "req-nfs-1")
+    assert not result.instances
+    [error] = result.errors
+    assert error.kind is ErrorKind.INVALID
+    assert 'nfs_stand_in ("10.213.203.1:/home" = "/host/path")' in error.message
+    assert provider.list_instances() == {}
+    assert not [n for n in net.namespaced_instances() if net.on_bridge(n, net.Subnet.parse(SUBNET))]

@@ -18,20 +18,9 @@ import pytest
 import yaml
 
 from tests.conftest import cannot_run, run_cli
-from tests.labs.directorlab import ALICE
+from tests.labs.directorlab import ALICE, GROUPS
 from tests.services.slapd import SUFFIX, Slapd, available, directory_ldif, make_server, make_tls
 
-GROUPS = f"""dn: cn=alice,ou=groups,{SUFFIX}
-objectClass: posixGroup
-cn: alice
-gidNumber: 20001
-
-dn: cn=gpu-users,ou=groups,{SUFFIX}
-objectClass: posixGroup
-cn: gpu-users
-gidNumber: 30001
-memberUid: alice
-"""
 # The node, in a private mount namespace: its files bound over the host's, its own /run (no
 # systemd there, so the step restarts nothing of the host's; nslcd's socket in it).
 NODE = """set -eu

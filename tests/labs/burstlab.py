@@ -61,6 +61,10 @@ class BurstLabSpec:
     provider_toml: str | None = None
     # more environment for every command and hook (PYTHONPATH to an installed package)
     extra_env: Mapping[str, str] = field(default_factory=dict)
+    # the local provider's nfs_stand_in ("SERVER:/EXPORT" -> host path)
+    nfs_stand_in: Mapping[str, str] = field(default_factory=dict)
+    # slurmctld's launcher (SlurmLab's): a head in its own mount namespace
+    controller_launcher: Sequence[str] = ()
 
 
 class BurstLab:
@@ -117,6 +121,7 @@ class BurstLab:
             resume_timeout=int(s.boot_timeout_s + 2 * s.interval_s + 120),
             suspend_timeout=5,
             extra_conf=extra,
+            launcher=s.controller_launcher,
         )
         self.lab.start()
         self.write_config()
@@ -225,8 +230,11 @@ metrics_port = {s.metrics_port}
         self.config_path.write_text(text + s.extra_toml)
 
     def _local_provider_toml(self) -> str:
+        pairs = (f"{json.dumps(k)} = {json.dumps(v)}" for k, v in self.spec.nfs_stand_in.items())
+        stand_ins = "{ " + ", ".join(pairs) + " }"
         return (
             f'type = "local"\nsubnet = "{self.spec.subnet}"\nstate_dir = "{self.local_state_dir}"'
+            + (f"\nnfs_stand_in = {stand_ins}" if self.spec.nfs_stand_in else "")
         )
 
     @property

@@ -310,8 +310,12 @@ class SlurmLab:
         resume_timeout: int = 120,
         suspend_timeout: int = 30,
         extra_conf: Sequence[str] = (),
+        launcher: Sequence[str] = (),
     ) -> None:
         self.workdir = Path(workdir).resolve()
+        # argv that runs slurmctld's argv after it (exec, so its pid is slurmctld's): a
+        # head whose users come from its LDAP (tests/labs/directorlab.py, head_launcher)
+        self.launcher = tuple(launcher)
         self.groups = tuple(groups)
         self.partitions = tuple(partitions)
         self.slurm_user = slurm_user
@@ -469,7 +473,7 @@ class SlurmLab:
         out = (self.log_dir / "slurmctld.stdout").open("ab")
         try:
             self._process = subprocess.Popen(
-                [slurmctld, "-D", "-i", "-f", str(self.conf_path)],
+                [*self.launcher, slurmctld, "-D", "-i", "-f", str(self.conf_path)],
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,

@@ -228,13 +228,14 @@ class TlsFiles:
         )
 
 
-def make_tls(workdir: Path, host: str = "127.0.0.1") -> TlsFiles:
-    """A throwaway CA (trustme, built on `cryptography`) and a certificate for `host`."""
+def make_tls(workdir: Path, *hosts: str) -> TlsFiles:
+    """A throwaway CA (trustme, built on `cryptography`) and a certificate for `hosts`
+    (default 127.0.0.1)."""
     import trustme
 
     workdir.mkdir(parents=True, exist_ok=True)
     ca = trustme.CA()
-    cert = ca.issue_cert(host)
+    cert = ca.issue_cert(*(hosts or ("127.0.0.1",)))
     files = TlsFiles(workdir / "ca.pem", workdir / "server.pem", workdir / "server.key")
     ca.cert_pem.write_to_path(str(files.ca_file))
     cert.cert_chain_pems[0].write_to_path(str(files.cert_file))

@@ -23,6 +23,8 @@ with the facts the director needs; secrets travel as file paths, never as values
     staging_root = "/srv/clustermgr-staging"    # cmsub's staging areas (none: no module)
     rsyncd_secrets = "/etc/clustermgr/rsyncd.secrets"   # users' passwords (root 0600)
     staging_module = "clustermgr-staging"       # default: "clustermgr-staging"
+    tls_cert_file = "/etc/clustermgr/director.pem"   # slapd offers StartTLS with it
+    tls_key_file = "/etc/clustermgr/director.key"    # (both or neither; root-only key)
 
 The rsync daemon serves the images root twice: `rsync_module`, read only, chrooted, as
 nobody (what burst nodes pull), and, when the user data names `push_secrets`, `push_module`,
@@ -92,6 +94,9 @@ class DirectorBoot:
     push_module: str = ""
     push_user: str = ""
     push_secrets: Path | None = None
+    # slapd's certificate and key: it offers StartTLS (none: plain LDAP only)
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
 
 
 def is_director_spec(spec: LaunchSpec) -> bool:
@@ -121,6 +126,8 @@ def parse_boot(spec: LaunchSpec) -> DirectorBoot:
             push_module=str(data.get("push_module") or ""),
             push_user=str(data.get("push_user") or ""),
             push_secrets=_path(data.get("push_secrets")),
+            tls_cert_file=_path(data.get("tls_cert_file")),
+            tls_key_file=_path(data.get("tls_key_file")),
         )
         modules = [boot.rsync_module, boot.staging_module]
         if boot.push_secrets is not None:
@@ -134,7 +141,15 @@ def parse_boot(spec: LaunchSpec) -> DirectorBoot:
             raise KeyError(f"rsync modules {', '.join(modules)} must differ")
         if (boot.staging_root is None) != (boot.rsyncd_secrets is None):
             raise KeyError("staging_root and rsyncd_secrets go together")
-        for where in (boot.staging_root, boot.rsyncd_secrets, boot.push_secrets):
+        if (boot.tls_cert_file is None) != (boot.tls_key_file is None):
+            raise KeyError("tls_cert_file and tls_key_file go together")
+        for where in (
+            boot.staging_root,
+            boot.rsyncd_secrets,
+            boot.push_secrets,
+            boot.tls_cert_file,
+            boot.tls_key_file,
+        ):
             if where is not None and (not where.is_absolute() or "\n" in str(where)):
                 raise KeyError(f"{str(where)[:80]!r}: an absolute path on one line")
     except (tomllib.TOMLDecodeError, KeyError, ValueError, TypeError) as exc:
@@ -159,9 +174,14 @@ def write_configs(workdir: Path, boot: DirectorBoot) -> tuple[Path, Path]:
     image_root.mkdir(parents=True, exist_ok=True)
     includes = "\n".join(f"include {SCHEMA_DIR / name}.schema" for name in SCHEMAS)
     conf = workdir / "slapd.conf"
+    tls = ""
+    if boot.tls_cert_file is not None and boot.tls_key_file is not None:
+        tls = (
+            f"TLSCertificateFile {boot.tls_cert_file}\nTLSCertificateKeyFile {boot.tls_key_file}\n"
+        )
     conf.write_text(
         f"{includes}\nmodulepath {MODULE_DIR}\nmoduleload back_mdb\nmoduleload syncprov\n"
-        f"pidfile {workdir}/slapd.pid\nargsfile {workdir}/slapd.args\n\n"
+        f"pidfile {workdir}/slapd.pid\nargsfile {workdir}/slapd.args\n{tls}\n"
         f'database config\nrootdn "{CONFIG_ADMIN}"\nrootpw {password}\n\n'
         f'database mdb\nsuffix "{boot.suffix}"\nrootdn "{boot.admin_dn}"\nrootpw {password}\n'
         f"directory {workdir}/data\nmaxsize 1073741824\nindex objectClass eq\n"

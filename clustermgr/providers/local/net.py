@@ -50,16 +50,19 @@ BOOT_SCRIPT = (
 KEYED_BOOT_SCRIPT = (
     'sleep "$0"; up=$(cut -d. -f1 /proc/uptime); '
     'exec "$1" --mount --propagation private --time --boottime "-$up" --fork --kill-child '
-    '"$2" "--net=$3" /bin/sh -c "$4" "$5" "$6" "$7" "$8" "$9" "${10}" "${11}"'
+    '"$2" "--net=$3" /bin/sh -c "$4" "$5" "$6" "$7" "$8" "$9" "${10}"'
 )
-# The image's node.env (what its user-data writes, "" without one) on a private tmpfs over
-# /etc/clustermgr, where the node's health check reads it.
+# An image's cloud-config (cloudinit.py): the instance also gets its own mount and UTS
+# namespaces (its boot renames its host and writes /etc), and the boot runs the plan's
+# steps there (cloudinit_run.py). Arguments after the namespace path: python, the plan.
+CLOUD_CONFIG_BOOT_SCRIPT = (
+    'sleep "$0"; up=$(cut -d. -f1 /proc/uptime); '
+    'exec "$1" --mount --uts --propagation private --time --boottime "-$up" --fork '
+    '--kill-child "$2" "--net=$3" "$4" -m clustermgr.providers.local.cloudinit_run "$5"'
+)
+# the boot's PATH: /usr/local/sbin first, where the instance's systemd stand-ins are
+CLOUD_CONFIG_PATH = "/usr/local/sbin:/usr/local/bin:" + TOOL_PATH
 NODE_BOOT = """set -eu
-if [ -n "$6" ]; then
-    mount -t tmpfs -o mode=0755,size=1m clustermgr-node /etc/clustermgr
-    install -m 0644 "$6" /etc/clustermgr/node.env
-    rm -f "$6"
-fi
 mount -t tmpfs -o mode=0755,size=1m clustermgr-munge /run/munge
 mount -t tmpfs -o mode=0700,size=1m clustermgr-munge-key /etc/munge
 chown munge:munge /run/munge /etc/munge
@@ -80,7 +83,6 @@ setpriv --reuid=munge --regid=munge --init-groups munged \
 exec "$0" -D -N "$1" --conf-server "$2"
 """
 MUNGE_RUN_DIR = Path("/run/munge")
-NODE_ENV_DIR = Path("/etc/clustermgr")
 
 
 @dataclass(frozen=True)
@@ -90,7 +92,6 @@ class KeyBoot:
     url: str
     pin: str
     token_file: Path
-    node_env_file: Path | None = None  # the image's node.env for the node (root-only)
 
 
 def tool(name: str) -> str | None:
@@ -326,11 +327,34 @@ def spawn_slurmd(
             key.url,
             key.pin,
             str(key.token_file),
-            str(key.node_env_file or ""),
         ]
-        if key.node_env_file is not None:
-            NODE_ENV_DIR.mkdir(mode=0o755, exist_ok=True)  # the mount point of the node's own
-    env = {"PATH": TOOL_PATH, "CLUSTERMGR_NODE": node, "LANG": "C.UTF-8"}
+    return _spawn_detached(argv, {"PATH": TOOL_PATH, "CLUSTERMGR_NODE": node}, log_path, node)
+
+
+def spawn_cloud_config(
+    instance_id: str, node: str, python: str, plan_file: Path, log_path: Path
+) -> tuple[int, int | None]:
+    """The instance's boot from an image's cloud-config: `plan_file` (cloudinit.BootPlan,
+    root-only) carried out in its namespaces, detached as spawn_slurmd's is."""
+    argv = [
+        "/bin/sh",
+        "-c",
+        CLOUD_CONFIG_BOOT_SCRIPT,
+        str(BOOT_DELAY_S),
+        tool("unshare") or "/usr/bin/unshare",
+        tool("nsenter") or "/usr/bin/nsenter",
+        str(NETNS_DIR / netns_name(instance_id)),
+        python,
+        str(plan_file),
+    ]
+    env = {"PATH": CLOUD_CONFIG_PATH, "CLUSTERMGR_NODE": node}
+    return _spawn_detached(argv, env, log_path, node)
+
+
+def _spawn_detached(
+    argv: list[str], env: dict[str, str], log_path: Path, node: str
+) -> tuple[int, int | None]:
+    env = {**env, "LANG": "C.UTF-8"}
     log_path.parent.mkdir(parents=True, exist_ok=True)
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),

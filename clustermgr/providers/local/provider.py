@@ -21,6 +21,9 @@ Contract with the engine (where NODE and HOST:PORT come from):
     itself is NOT run (it would rename this host); only that argument is taken. No
     `--conf-server` in the user-data is INVALID (set cluster.head_address or
     slurm.conf_server, with the port when it is not 6817).
+  * An image's cloud-config (`#cloud-config`, images/*.cloud-init.tmpl rendered) is carried
+    out as written instead (cloudinit.py: write_files, mounts, runcmd in the instance's own
+    mount and UTS namespaces, NFS and systemd stood in for): its boot script starts slurmd.
 
 Instance types are a fixed catalog (CATALOG). GPU counts there are informational: the
 fake GPU devices a node has are the ones the controller's gres.conf names (SlurmLab makes
@@ -56,6 +59,7 @@ import logging
 import os
 import secrets
 import shutil
+import sys
 import time
 from collections.abc import Sequence
 from datetime import UTC, datetime
@@ -83,7 +87,10 @@ from clustermgr.providers.local.client import (
     slurmd_path,
     state_dir_of,
 )
+from clustermgr.providers.local.cloudinit import BindMount, BootPlan, LabDirector, stand_ins
 from clustermgr.providers.local.director import (
+    ROLE_DIRECTOR,
+    TAG_ROLE,
     DirectorBoot,
     is_director_spec,
     parse_boot,
@@ -311,12 +318,16 @@ class LocalProvider:
             log=str(log_path),
             tags=tags,
         )
+        binds: tuple[BindMount, ...] = ()
+        if isinstance(boot, SlurmdBoot) and boot.cloud_config is not None:
+            stand_in = {k: str(v) for k, v in local_options(self.settings).nfs_stand_in.items()}
+            binds = stand_ins(spec, boot.cloud_config, stand_in, self._lab_directors(state))
         state.instances[instance_id] = rec
         state.save()  # before the namespace exists: a crash from here on is swept
         try:
             net.create_network(instance_id, self.subnet, address)
             try:
-                pid, started = self._spawn(instance_id, node, boot, log_path)
+                pid, started = self._spawn(instance_id, node, boot, log_path, binds)
             except ProviderError:
                 net.delete_network(instance_id)
                 self._remove_workdir(instance_id)
@@ -331,25 +342,49 @@ class LocalProvider:
         log.info("local: started %s as %s at %s (pid %d)", node, instance_id, address, pid)
         return rec
 
+    def _lab_directors(self, state: State) -> list[LabDirector]:
+        """This provider's running lab directors (an image's NFS stand-in, cloudinit.py)."""
+        return [
+            LabDirector(rec.address, str(self._workdir(rec.instance_id) / "image"))
+            for rec in state.instances.values()
+            if rec.tags.get(TAG_ROLE) == ROLE_DIRECTOR
+            and rec.status == "running"
+            and rec.pid is not None
+            and net.alive(rec.pid, rec.pid_start)
+        ]
+
     def _spawn(
-        self, instance_id: str, node: str, boot: SlurmdBoot | DirectorBoot, log_path: Path
+        self,
+        instance_id: str,
+        node: str,
+        boot: SlurmdBoot | DirectorBoot,
+        log_path: Path,
+        binds: tuple[BindMount, ...] = (),
     ) -> tuple[int, int | None]:
         if isinstance(boot, DirectorBoot):
             return spawn_director(instance_id, boot, self._workdir(instance_id), log_path)
         key = None
         write_secret(self.user_data_file(instance_id), boot.user_data)
+        if boot.cloud_config is not None:
+            config = boot.cloud_config
+            scratch = self._node_dir(instance_id)
+            scratch.mkdir(mode=0o700, parents=True, exist_ok=True)
+            plan = BootPlan(str(scratch), config.files, binds, config.runcmd)
+            plan_file = self._token_file(instance_id).with_suffix(".plan")
+            write_secret(plan_file, plan.to_json())  # its files hold the munge-key token
+            return net.spawn_cloud_config(instance_id, node, sys.executable, plan_file, log_path)
         if boot.key is not None:
-            env_file = None
-            if boot.node_env:
-                env_file = self._token_file(instance_id).with_suffix(".node.env")
-                write_secret(env_file, boot.node_env)
-            key = net.KeyBoot(boot.key.url, boot.key.pin, self._token_file(instance_id), env_file)
+            key = net.KeyBoot(boot.key.url, boot.key.pin, self._token_file(instance_id))
             write_secret(key.token_file, boot.key.token)
         return net.spawn_slurmd(instance_id, node, boot.conf_server, self.slurmd, log_path, key)
 
     def _workdir(self, instance_id: str) -> Path:
         """A director's files (slapd, rsyncd.conf, its image copy); slurmd has none."""
         return self.state_dir / "directors" / instance_id
+
+    def _node_dir(self, instance_id: str) -> Path:
+        """A cloud-config node's mount point for its private trees' tmpfs (cloudinit_run)."""
+        return self.state_dir / "nodes" / instance_id
 
     def _token_file(self, instance_id: str) -> Path:
         """The launch's munge-key token for the instance's boot (root-only; the boot
@@ -363,8 +398,9 @@ class LocalProvider:
 
     def _remove_workdir(self, instance_id: str) -> None:
         shutil.rmtree(self._workdir(instance_id), ignore_errors=True)
+        shutil.rmtree(self._node_dir(instance_id), ignore_errors=True)
         self._token_file(instance_id).unlink(missing_ok=True)
-        self._token_file(instance_id).with_suffix(".node.env").unlink(missing_ok=True)
+        self._token_file(instance_id).with_suffix(".plan").unlink(missing_ok=True)
         self.user_data_file(instance_id).unlink(missing_ok=True)
 
     def _stall(self, state: State, at: str) -> None:
