@@ -241,6 +241,7 @@ def test_pull_full_sync_of_10000_then_incremental_of_10(
         assert conn.modify(
             f"uid=user{i:05d},{PEOPLE}", {"cn": [(MODIFY_REPLACE, [f"Renamed {i}"])]}
         )
+    conn.unbind()
     for i in range(5):
         add_user(head, 9000 + i)
     incremental = sync_director(database, settings, target(database))
