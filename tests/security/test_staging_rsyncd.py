@@ -420,7 +420,10 @@ def test_the_tcp_door_speaks_only_tls_and_the_wire_holds_no_password(
         credential = as_user(alice.name, ["munge", "-s", hashlib.sha256(body).hexdigest()])
         with socket.create_connection(("127.0.0.1", service.tcp_port), timeout=10) as plain:
             plain.sendall(credential.stdout.strip().encode() + b"\n" + body)
-            answer = plain.recv(65536)
+            try:
+                answer = plain.recv(65536)
+            except ConnectionResetError:  # the failed handshake closed it with data unread
+                answer = b""
         assert b"rsync_password" not in answer and not answer.startswith(b"{"), answer
         relay.close()
     finally:
