@@ -1,9 +1,11 @@
 from __future__ import annotations
 
+import os
 from dataclasses import replace
 from pathlib import Path
 
 from clustermgr.config import load_settings
+from clustermgr.core.install import scripts_dir
 from clustermgr.workload.base import WorkloadNode
 from clustermgr.workload.slurmconf import (
     InstanceFacts,
@@ -21,7 +23,7 @@ def test_conf_lines_cover_power_saving_nodes_partitions_and_gres() -> None:
     text = "\n".join(lines)
     assert "PrivateData=cloud" in lines
     assert "SlurmctldParameters=enable_configless,idle_on_node_suspend" in lines
-    assert "ResumeProgram=/usr/local/bin/clustermgr-slurm-resume" in lines
+    assert f"ResumeProgram={scripts_dir() / 'clustermgr-slurm-resume'}" in lines
     assert "SuspendExcParts=batch" in lines
     assert (
         "NodeName=aws-a100-[001-016] CPUs=96 RealMemory=1100000 Gres=gpu:a100:8 "
@@ -34,6 +36,23 @@ def test_conf_lines_cover_power_saving_nodes_partitions_and_gres() -> None:
     assert "NodeName=aws-a100-[001-016] Name=gpu Type=a100 File=/dev/nvidia[0-7]" in lines
     assert f"ResumeTimeout={resume_timeout_s(settings)}" in text
     assert resume_timeout_s(settings) >= 600 + 2 * 30
+
+
+def test_the_programs_slurm_is_told_to_run_are_this_installs_own() -> None:
+    """With no hook_path in the config (the example has none), every program `slurm conf`
+    names is an executable of the install that printed it (a site's venv under /opt, not
+    /usr/local/bin, where nothing was installed), and so is the transfer command."""
+    settings = load_settings(EXAMPLE_CONFIG)
+    programs = [
+        Path(line.split("=", 1)[1])
+        for line in render_slurm_conf(settings)
+        if line.split("=", 1)[0] in ("ResumeProgram", "SuspendProgram", "ResumeFailProgram")
+        or line.startswith("HealthCheckProgram=")
+    ]
+    assert len(programs) == 4
+    for program in [*programs, settings.staging.transfer_command]:
+        assert program.parent == scripts_dir()
+        assert program.is_file() and os.access(program, os.X_OK), program
 
 
 def test_real_memory_is_below_the_smallest_instance_type() -> None:
