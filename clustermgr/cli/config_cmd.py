@@ -9,6 +9,7 @@ import click
 from clustermgr.cli.context import AppContext
 
 if TYPE_CHECKING:
+    from clustermgr.config import Settings
     from clustermgr.db.models import InstanceTypeRow
 
 
@@ -24,9 +25,10 @@ def config() -> None:
 def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     """Validate the configuration and compare it with the running Slurm.
 
-    Exit 2 with one line per problem (invalid config, a template that does not match
-    slurm.conf, an instance type its provider's cached catalog does not offer); exit 1 when
-    Slurm cannot be asked. With --json the result is one object
+    Exit 2 with one line per problem (invalid config, a provider whose cloud SDK is not
+    installed, a template that does not match slurm.conf, a power-saving hook SlurmUser
+    cannot run, a missing transfer command, an instance type its provider's cached catalog
+    does not offer); exit 1 when Slurm cannot be asked. With --json the result is one object
     (`ok`, the counts, `warnings`, `slurm_problems`); an invalid config is still one line
     on stderr, exit 2.
     """
@@ -41,6 +43,7 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     load_chain(list(settings.policy.chain))  # a policy that cannot load: one line, exit 2
     resolve_owners(settings.slurm.user, settings.daemon.admin_group)  # no such account: exit 2
     check_template_images(settings)  # neither an image definition nor a machine image: exit 2
+    check_provider_sdks(settings)  # a provider whose SDK is not installed: exit 2
     path = config_path(app.config_path)
     slots = sum(len(t.node_names) for t in settings.templates)
     chain = [ref.name for ref in settings.policy.chain]
@@ -50,6 +53,7 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
 
     rows = cached_types(app)
     problems = unoffered_types(settings, offered_by_rows(rows)) + unfit_fabrics(settings, rows)
+    problems += transfer_command_problems(settings)
     problems += [] if no_slurm else slurm_mismatches(app)
     if as_json:
         emit_json(
@@ -81,6 +85,28 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
         raise SystemExit(2)
     if not no_slurm:
         click.echo("slurm: running configuration matches the templates")
+
+
+def check_provider_sdks(settings: Settings) -> None:
+    """Each provider's package and cloud SDK import, as cm-scale's first cycle would: an
+    install without the `azure` extra fails here, naming the pip command, not in the daemon."""
+    from clustermgr.providers.registry import provider_class
+
+    for kind in sorted({provider.type for provider in settings.providers}):
+        provider_class(kind)
+
+
+def transfer_command_problems(settings: Settings) -> list[str]:
+    """cmsub's transfer jobs run `[staging] transfer_command` as the user: it must be there."""
+    import os
+
+    command = settings.staging.transfer_command
+    if not settings.staging.regions or os.access(command, os.X_OK):
+        return []
+    return [
+        f"staging: transfer_command {command} is not an executable file: set [staging] "
+        "transfer_command to this install's cmsub-transfer (the default)"
+    ]
 
 
 def slurm_mismatches(app: AppContext) -> list[str]:
