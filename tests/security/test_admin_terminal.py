@@ -426,3 +426,20 @@ def test_a_users_transfer_error_reaches_root_escaped(
     assert status.returncode == 0, status.stderr
     assert_safe(status, ["error"], as_json=False)
     assert_safe(as_user(mallory.name, [*cmsub, "--json"], env=lab.env), ["error"], as_json=True)
+
+
+def test_a_config_error_quoting_a_hostile_value_is_one_escaped_line(tmp_path: Path) -> None:
+    """An error that echoes a config value (here a template's partition: a config another
+    admin or a config-management tool wrote) prints it escaped, on one line."""
+    toml_value = json.dumps(hostile("partition"))  # TOML basic strings take JSON's escapes
+    text = EXAMPLE_CONFIG.read_text().replace(
+        'partition = "gpu-cloud"', f"partition = {toml_value}", 1
+    )
+    config = tmp_path / "clustermgr.toml"
+    config.write_text(text)
+    env = {**os.environ, "CLUSTERMGR_CONFIG": str(config), "PYTHONPATH": str(REPO)}
+    done = _clustermgr(env, "config", "check", "--no-slurm")
+    assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
+    assert done.stdout == ""
+    assert_safe(done, [], as_json=False)
+    assert "partition|" in done.stderr and "[red]x[/red]" in done.stderr
