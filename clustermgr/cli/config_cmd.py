@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING
 import click
 
 from clustermgr.cli.context import AppContext
+from clustermgr.cli.output import echo
 
 if TYPE_CHECKING:
     from clustermgr.config import Settings
@@ -72,19 +73,19 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
         if problems:
             raise SystemExit(2)
         return
-    click.echo(
+    echo(
         f"{path}: OK ({len(settings.providers)} providers, "
         f"{len(settings.templates)} templates, {slots} cloud node slots)"
     )
-    click.echo(f"policy chain: {', '.join(chain) or 'none'}: every policy loads with its options")
+    echo(f"policy chain: {', '.join(chain) or 'none'}: every policy loads with its options")
     for warning in warnings:
-        click.echo(warning, err=True)
+        echo(warning, err=True)
     for line in problems:
-        click.echo(line)
+        echo(line)
     if problems:
         raise SystemExit(2)
     if not no_slurm:
-        click.echo("slurm: running configuration matches the templates")
+        echo("slurm: running configuration matches the templates")
 
 
 def check_provider_sdks(settings: Settings) -> None:
@@ -129,12 +130,12 @@ def warn_slurm_mismatches(app: AppContext, what: str) -> None:
     try:
         problems = slurm_mismatches(app)
     except ClusterMgrError as exc:
-        click.echo(f"warning: {what}: slurm.conf not compared with the templates: {exc}", err=True)
+        echo(f"warning: {what}: slurm.conf not compared with the templates: {exc}", err=True)
         return
     for line in problems:
-        click.echo(f"warning: {line}", err=True)
+        echo(f"warning: {line}", err=True)
     if problems:
-        click.echo(
+        echo(
             f"warning: {what}: {len(problems)} mismatch(es) with slurm.conf; cm-scale refuses "
             "to start until they are fixed (`clustermgr config check`)",
             err=True,
