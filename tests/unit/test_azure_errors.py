@@ -295,3 +295,11 @@ def test_a_family_cores_quota_names_its_family_the_regional_ones_none(
     )
     assert family_quota(ErrorKind.QUOTA, message) == family
     assert family_quota(ErrorKind.OTHER, message) == ""
+
+
+@pytest.mark.parametrize(
+    "code", [c for c in ERROR_KINDS if isinstance(c, str) and c != "OperationNotAllowed"]
+)
+def test_every_arm_code_of_the_table_is_classified_as_it_says(code: str) -> None:
+    # a status no row names, so the code alone decides
+    assert classify(arm_error(418, code, "whatever: quota exceeded")).kind is ERROR_KINDS[code]
