@@ -1,5 +1,6 @@
 """cmsub's and the transfer step's side of the staging channel (clustermgr.staging.service):
-the UNIX socket when this host has it (the head), else TCP with a MUNGE credential."""
+the UNIX socket when this host has it (the head), else the TCP door: TLS, the service's
+MUNGE proof checked, then the request with the caller's MUNGE credential (channel.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from typing import Any
 
 from clustermgr.config import StagingSettings
 from clustermgr.core.errors import StagingError
-from clustermgr.staging import wire
+from clustermgr.staging import channel, wire
 from clustermgr.staging.wire import Refused
 
 TIMEOUT_S = 120.0
@@ -24,13 +25,9 @@ def call(staging: StagingSettings, op: str, **args: Any) -> dict[str, Any]:
                 sock.settimeout(TIMEOUT_S)
                 sock.connect(str(path))
                 sock.sendall(body)
-                line = _read_line(sock)
+                line = channel.read_line(sock)
         elif staging.service:
-            credential = wire.make_credential(body)
-            host, _, port = staging.service.rpartition(":")
-            with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
-                sock.sendall(credential + body)
-                line = _read_line(sock)
+            line = channel.call(staging.service, body, staging.credential_max_age_s, TIMEOUT_S)
         else:
             raise StagingError(
                 f"the staging service is not reachable: no socket at {path} and no "
@@ -46,17 +43,3 @@ def call(staging: StagingSettings, op: str, **args: Any) -> dict[str, Any]:
         return result
     error = str(answer.get("error", "refused"))
     raise Refused(error) if answer.get("exit") == 2 else StagingError(error)
-
-
-def _read_line(sock: socket.socket) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-        if chunk.endswith(b"\n") or size > wire.MAX_LINE:
-            break
-    return b"".join(chunks)
