@@ -69,5 +69,5 @@ def test_postgres_down_and_back_is_one_line_a_cycle_and_the_burst_resumes(
         assert "Traceback" not in text, text[-3000:]
         down = [line for line in text.splitlines() if "database not reachable" in line]
         assert all(len(line) < 400 for line in down), down[:3]
-        status = json.loads(lab.clustermgr("status", "--json").stdout)
+        status = json.loads(lab.clustermgr("status", "--json", check=False).stdout)
         assert status["instances_launched"] == 1, status
