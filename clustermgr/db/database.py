@@ -11,6 +11,7 @@ import contextlib
 import copy
 import importlib.util
 import os
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -101,6 +102,8 @@ def make_engine(url: str, busy_timeout_s: float = 30.0, pool_size: int | None = 
             pool: dict[str, Any] = {}
             if pool_size is not None and parsed.get_backend_name() == "postgresql":
                 pool = {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": POOL_WAIT_S}
+                # the daemon's sessions say whose they are in pg_stat_activity
+                connect_args["application_name"] = daemon_application_name()
             engine = create_engine(parsed, connect_args=connect_args, pool_pre_ping=True, **pool)
     except (NoSuchModuleError, ImportError) as exc:
         raise ConfigError(
@@ -110,6 +113,10 @@ def make_engine(url: str, busy_timeout_s: float = 30.0, pool_size: int | None = 
     if parsed.get_backend_name() == "sqlite":
         _sqlite_pragmas(engine, busy_timeout_s)
     return engine
+
+
+def daemon_application_name() -> str:
+    return f"cm-scale@{socket.gethostname()}:{os.getpid()}"[:63]
 
 
 def _ensure_sqlite_dir(path: Path) -> None:

@@ -28,7 +28,6 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
-import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from clustermgr.core.errors import DatabaseError
-from clustermgr.db.database import Database, describe_db_error
+from clustermgr.db.database import Database, daemon_application_name, describe_db_error
 from clustermgr.db.models import LeaderLease
 from clustermgr.runtime.statedir import LEADER_DIR
 
@@ -190,7 +189,7 @@ class Lease:
                     return True
                 seen = read_lease(conn, now)
         except SQLAlchemyError as exc:
-            self._unreachable(exc)
+            self._unreachable(exc, say=False)  # the daemon says the loss, in one line
             self.lost_why = f"database not reachable: {self.unreachable}"
             self._step_down()
             return False
@@ -258,7 +257,7 @@ class Lease:
         self.generation = None
         self.session_lock.drop()
 
-    def _unreachable(self, exc: BaseException) -> None:
+    def _unreachable(self, exc: BaseException, say: bool = True) -> None:
         line = (
             str(describe_db_error(self.db.url, exc))
             if isinstance(exc, SQLAlchemyError)
@@ -267,7 +266,8 @@ class Lease:
         self.unreachable = line
         if self.unreachable_since is None:
             self.unreachable_since = time.time()
-        log.warning("leader lease: database not reachable: %s", line)
+        if say:
+            log.warning("leader lease: database not reachable: %s", line)
 
     def _reached(self) -> None:
         self.unreachable = None
@@ -354,7 +354,7 @@ class AdvisoryLock:
         self.drop()
         try:
             conn = psycopg.connect(
-                make_conninfo(**self.conninfo, application_name=holder_name()),
+                make_conninfo(**self.conninfo, application_name=daemon_application_name()),
                 autocommit=True,
                 connect_timeout=5,
             )
@@ -395,10 +395,6 @@ class AdvisoryLock:
             except Exception as exc:  # the connection may already be gone
                 log.debug("closing the session lock's connection: %s", exc)
             self._conn = None
-
-
-def holder_name() -> str:
-    return f"cm-scale@{socket.gethostname()}:{os.getpid()}"[:63]
 
 
 def read_lock_key(conn: Any) -> int:
