@@ -112,17 +112,18 @@ def run_once(engine: object, state_dir: Path, owners: StateOwners) -> None:
     try:
         engine.db = engine.db.fenced(lock.fence)
         engine.guard = lock.still_leader
-        beat = {
-            "pid": os.getpid(),
-            "host": socketlib.gethostname(),
-            "role": "once",
-            "at": datetime.now(UTC).isoformat(),
-        }
-        write_heartbeat(state_dir, beat, owners)
-        report = engine.cycle()
-        if engine.settings.directors and lock.still_leader():
-            report.directors = run_directors_inline(engine, report.demand)
-        record_once(engine, report)
+        with lock.kept(engine.settings.daemon.heartbeat_period_s):
+            beat = {
+                "pid": os.getpid(),
+                "host": socketlib.gethostname(),
+                "role": "once",
+                "at": datetime.now(UTC).isoformat(),
+            }
+            write_heartbeat(state_dir, beat, owners)
+            report = engine.cycle()
+            if engine.settings.directors and lock.still_leader():
+                report.directors = run_directors_inline(engine, report.demand)
+            record_once(engine, report)
     finally:
         lock.release()
     click.echo(escape_controls(report.summary()))

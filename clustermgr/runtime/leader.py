@@ -28,7 +28,10 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -118,12 +121,17 @@ class Lease:
         self.unreachable: str | None = None  # the database's error while it is away
         self.unreachable_since: float | None = None  # time.time() of the first such error
         self._renewed_mono = 0.0
+        self._one_at_a_time = threading.RLock()  # the heartbeat and a cycle both renew
 
     # --- the leader's side ---------------------------------------------------------------
 
     def try_acquire(self) -> bool:
+        with self._one_at_a_time:
+            return self._try_acquire()
+
+    def _try_acquire(self) -> bool:
         if self.generation is not None:
-            return self.still_leader()
+            return self._renew()
         locked = self.session_lock.try_hold()
         now = self.now_sql
         sent = time.monotonic()
@@ -162,6 +170,10 @@ class Lease:
 
     def still_leader(self) -> bool:
         """Renew the lease (one round trip); False once it is not ours any more."""
+        with self._one_at_a_time:
+            return self._renew()
+
+    def _renew(self) -> bool:
         if self.generation is None:
             return False
         locked = self.session_lock.holding() or self.session_lock.try_hold()
@@ -205,8 +217,30 @@ class Lease:
         the database's."""
         return self.generation is not None and time.monotonic() - self._renewed_mono < self.lease_s
 
+    @contextmanager
+    def kept(self, period_s: float) -> Iterator[None]:
+        """Renewed every `period_s` by a thread of its own while the block runs (`cm-scale
+        --once`, which has no heartbeat job): a long act step does not outlive the lease."""
+        done = threading.Event()
+
+        def renew() -> None:
+            while not done.wait(period_s) and self.still_leader():
+                pass
+
+        thread = threading.Thread(target=renew, name="lease", daemon=True)
+        thread.start()
+        try:
+            yield
+        finally:
+            done.set()
+            thread.join()
+
     def release(self) -> None:
         """Hand the lease back (a clean stop): a standby takes it at its next cycle."""
+        with self._one_at_a_time:
+            self._release()
+
+    def _release(self) -> None:
         if self.generation is not None:
             try:
                 with self.db.engine.begin() as conn:
