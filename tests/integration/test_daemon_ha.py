@@ -316,3 +316,62 @@ def test_a_metrics_port_in_use_is_one_line_and_exit_1(tmp_path: Path) -> None:
     assert "Traceback" not in said, said
     [line] = [ln for ln in said.splitlines() if "metrics endpoint" in ln]
     assert f"127.0.0.1:{port}" in line and "set [daemon] metrics_port" in line, line
+
+
+def test_a_reload_and_a_changed_configuration_are_events_with_the_head_that_saw_them(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'cm.db'}"
+    database = Database(url)
+    database.upgrade()
+    config = tmp_path / "c.toml"
+    text_before = CONFIG.format(
+        token=tmp_path.name[-8:],
+        db=url,
+        tmp=tmp_path,
+        interval=INTERVAL,
+        lease=LEASE_S,
+        state=tmp_path / "state",
+    )
+    config.write_text(text_before)
+    log = tmp_path / "d.log"
+    proc = start(config, log)
+    try:
+        assert wait_for(lambda: source_of(proc) in actors_since(database, 0), 30)
+        config.write_text(
+            text_before.replace("reconcile_interval_s = 600", "reconcile_interval_s = 300")
+        )
+        proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: "configuration reloaded" in log.read_text(), 20)
+        config.write_text("[cluster\n")  # a broken file: refused, the running one kept
+        proc.send_signal(signal.SIGHUP)
+        assert wait_for(lambda: "reload refused" in log.read_text(), 20)
+        pair_events = [
+            (e["kind"], e["message"])
+            for e in cluster_events(config_for(tmp_path, text_before))
+            if e["kind"] in ("config", "reload", "takeover") and e["source"] == source_of(proc)
+        ]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
+        database.dispose()
+    kinds = [kind for kind, _ in pair_events]
+    # the first cycle (the takeover) and the start's config record race: either order
+    assert sorted(kinds[:2]) == ["config", "takeover"] and kinds[2:] == [
+        "reload",
+        "config",
+        "reload",
+    ], pair_events
+    configs = [message for kind, message in pair_events if kind == "config"]
+    assert configs[0].startswith("configuration at start:"), configs
+    assert configs[0].endswith("(first recorded)"), configs
+    first_digest = configs[0].split("sha256:")[1].split()[0]
+    assert configs[1].endswith(f"(was sha256:{first_digest})"), configs
+    assert pair_events[-1][1].startswith("reload refused, the running config kept:")
+
+
+def config_for(tmp_path: Path, text_of: str) -> Path:
+    """A readable copy of the configuration for the CLI (the daemon's file is broken now)."""
+    path = tmp_path / "cli.toml"
+    path.write_text(text_of)
+    return path
