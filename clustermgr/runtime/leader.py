@@ -49,6 +49,9 @@ log = logging.getLogger(__name__)
 
 LOCK_FILE = "cm-scale.lock"
 LEASE_ID = 1
+# a lease that runs this much longer than a lease can was written by a clock since restarted
+# (SQLite's monotonic clock after a reboot) or stepped back: it counts as run out
+CLOCK_RESTARTED_S = 3600.0
 
 
 class LeaseLostError(DatabaseError):
@@ -87,10 +90,13 @@ class LeaseState:
 
 
 def db_now(database: Database) -> str:
-    """SQL for the database server's clock in seconds since the epoch."""
+    """SQL for the lease's clock, in seconds: PostgreSQL's server clock (since the epoch),
+    which every head reads alike; with SQLite (one host) this host's monotonic clock, read
+    now, which a step of the wall clock does not move (a reboot restarts it: a lease more
+    than its length ahead counts as run out)."""
     if database.engine.dialect.name == "postgresql":
         return "extract(epoch from clock_timestamp())::float8"
-    return "((julianday('now') - 2440587.5) * 86400.0)"
+    return f"{time.monotonic():.6f}"
 
 
 def read_lease(conn: Connection | Session, now_sql: str) -> LeaseState | None:
@@ -114,7 +120,6 @@ class Lease:
         self.name = name[:128]
         self.lease_s = lease_s
         self.session_lock = session_lock
-        self.now_sql = db_now(database)
         self.generation: int | None = None  # set while this daemon holds the lease
         self.took_from: LeaseState | None = None  # what the last take replaced
         self.lost_why = ""  # why the last renewal failed
@@ -133,7 +138,7 @@ class Lease:
         if self.generation is not None:
             return self._renew()
         locked = self.session_lock.try_hold()
-        now = self.now_sql
+        now = db_now(self.db)
         sent = time.monotonic()
         try:
             with self.db.engine.begin() as conn:
@@ -147,9 +152,16 @@ class Lease:
                         f"UPDATE leader_lease SET holder = :me, generation = generation + 1, "
                         f"acquired_at = {now}, renewed_at = {now}, expires_at = {now} + :ttl, "
                         f"locked = :locked WHERE id = :id AND (holder IS NULL "
-                        f"OR expires_at <= {now} OR holder = :me OR (:locked AND locked))"
+                        f"OR expires_at <= {now} OR expires_at > {now} + :far "
+                        "OR holder = :me OR (:locked AND locked))"
                     ),
-                    {"me": self.name, "ttl": self.lease_s, "locked": locked, "id": LEASE_ID},
+                    {
+                        "me": self.name,
+                        "ttl": self.lease_s,
+                        "far": self.lease_s + CLOCK_RESTARTED_S,
+                        "locked": locked,
+                        "id": LEASE_ID,
+                    },
                 )
                 if took.rowcount != 1:
                     if locked:  # a holder that leads without it takes it at its renewal
@@ -177,7 +189,7 @@ class Lease:
         if self.generation is None:
             return False
         locked = self.session_lock.holding() or self.session_lock.try_hold()
-        now = self.now_sql
+        now = db_now(self.db)
         sent = time.monotonic()
         try:
             with self.db.engine.begin() as conn:
@@ -246,7 +258,7 @@ class Lease:
                 with self.db.engine.begin() as conn:
                     conn.execute(
                         text(
-                            f"UPDATE leader_lease SET expires_at = {self.now_sql}, "
+                            f"UPDATE leader_lease SET expires_at = {db_now(self.db)}, "
                             "locked = :false WHERE id = :id AND holder = :me AND generation = :gen"
                         ),
                         {"me": self.name, "gen": self.generation, "id": LEASE_ID, "false": False},
@@ -267,7 +279,7 @@ class Lease:
                     LeaderLease.id == LEASE_ID,
                     LeaderLease.holder == self.name,
                     LeaderLease.generation == generation,
-                    LeaderLease.expires_at > literal_column(self.now_sql),
+                    LeaderLease.expires_at > literal_column(db_now(self.db)),
                 )
                 .with_for_update(read=True)
             ).first()
@@ -282,7 +294,7 @@ class Lease:
     def holder(self) -> str:
         try:
             with self.db.engine.connect() as conn:
-                state = read_lease(conn, self.now_sql)
+                state = read_lease(conn, db_now(self.db))
         except SQLAlchemyError:
             return "another head (the lease could not be read)"
         return describe_lease(state)
