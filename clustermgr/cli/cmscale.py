@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import click
 
 from clustermgr import __version__
+from clustermgr.cli.output import echo, echo_click_error, echo_error, echo_traceback
 from clustermgr.core.errors import ClusterMgrError
-from clustermgr.core.inputs import escape_controls
 
 if TYPE_CHECKING:
     from clustermgr.runtime.statedir import StateOwners
@@ -126,7 +126,7 @@ def run_once(engine: object, state_dir: Path, owners: StateOwners) -> None:
             record_once(engine, report)
     finally:
         lock.release()
-    click.echo(escape_controls(report.summary()))
+    echo(report.summary())
     if report.error:
         raise SystemExit(1)
 
@@ -180,7 +180,7 @@ def refuse_on_mismatch(app: object) -> None:
     problems = slurm_mismatches(app)
     if problems:
         for line in problems:
-            click.echo(f"cm-scale: {line}", err=True)
+            echo(f"cm-scale: {line}", err=True)
         raise ClusterMgrError(
             f"{len(problems)} mismatch(es) between the templates and slurm.conf; fix them "
             "(`clustermgr slurm conf` prints the lines) or pass --skip-slurm-check"
@@ -207,12 +207,12 @@ def main() -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        echo_click_error(exc)
         sys.exit(exc.exit_code)
     except ClusterMgrError as exc:
         if debug:
-            raise
-        click.echo(f"cm-scale: error: {escape_controls(str(exc))}", err=True)
+            echo_traceback()
+        echo_error("cm-scale", str(exc))
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

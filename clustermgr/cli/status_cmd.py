@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit_json
+from clustermgr.cli.output import echo, emit_json
 from clustermgr.core.pricing import BillingRule
 
 if TYPE_CHECKING:
@@ -243,7 +243,7 @@ def show(data: dict[str, Any]) -> None:
     leader = data["daemon"]
     if leader is None:
         live = [d for d in data["daemons"] if d["alive"]]
-        click.echo(
+        echo(
             f"cm-scale: NO LIVE LEADER (lease: {data['lease']['said']}; "
             + (
                 f"{len(live)} live standby, it takes over when the lease runs out)"
@@ -252,14 +252,14 @@ def show(data: dict[str, Any]) -> None:
             )
         )
         for head in data["daemons"]:
-            click.echo(head_line(head))
+            echo(head_line(head))
         if data["pending_as_of"] is not None:
-            click.echo(
+            echo(
                 f"pending at the last cycle ({data['pending_as_of']:%Y-%m-%d %H:%M:%S}): "
                 f"{data['pending_jobs']} jobs, {data['pending_gpus']} GPUs"
             )
     else:
-        click.echo(
+        echo(
             f"cm-scale: {leader['role']} on {leader['host']} pid {leader['pid']}, heartbeat "
             f"{leader['heartbeat_age_s']:.0f} s ago; last cycle {leader['last_cycle_at']:%H:%M:%S} "
             f"({leader['last_cycle_duration_s'] or 0:.2f} s): {leader['last_cycle']}"
@@ -268,34 +268,32 @@ def show(data: dict[str, Any]) -> None:
         )
         for head in data["daemons"]:
             if head["id"] != leader["id"]:
-                click.echo(head_line(head))
-        click.echo(f"pending: {data['pending_jobs']} jobs, {data['pending_gpus']} GPUs")
-    click.echo(f"running: {data['instances_running']} instances, ${data['hourly_cost']:.2f}/h")
+                echo(head_line(head))
+        echo(f"pending: {data['pending_jobs']} jobs, {data['pending_gpus']} GPUs")
+    echo(f"running: {data['instances_running']} instances, ${data['hourly_cost']:.2f}/h")
     for template, states in sorted(data["nodes"].items()):
         counts = ", ".join(f"{state} {count}" for state, count in sorted(states.items()))
-        click.echo(f"{template}: {counts}")
+        echo(f"{template}: {counts}")
         for what, count in sorted(data["running_images"].get(template, {}).items()):
-            click.echo(f"{template}: {count} on image {what}")
+            echo(f"{template}: {count} on image {what}")
     for template, reason in sorted(data["protected_templates"].items()):
-        click.echo(f"{template}: PROTECTED {reason}")
+        echo(f"{template}: PROTECTED {reason}")
     for template, reason in sorted(data["backing_off_templates"].items()):
-        click.echo(f"{template}: BACKING OFF {reason}")
+        echo(f"{template}: BACKING OFF {reason}")
     for found in data["foreign_instances"]:
-        click.echo(
+        echo(
             f"FOREIGN {found['provider']} {found['instance_id']} (template tag "
             f"{found['template_tag'] or '-'}, request tag {found['request_tag'] or '-'}"
             + (f", role tag {found['role_tag']}" if found["role_tag"] else "")
             + f") since {found['since']:%Y-%m-%d %H:%M:%S}: not launched by cm-scale, left alone"
         )
     for found in data["reservations"]:
-        click.echo(reservation_line(found))
+        echo(reservation_line(found))
     power = data.get("onprem_power")
     if power is not None:
         off = sum(t["powered_off"] for t in power["templates"].values())
-        click.echo(f"on-prem power: {off} nodes off, ~{power['saved_kw']:.1f} kW saved")
-    click.echo(
-        f"instances launched: {data['instances_launched']}, cost so far ${data['cost_total']:.2f}"
-    )
+        echo(f"on-prem power: {off} nodes off, ~{power['saved_kw']:.1f} kW saved")
+    echo(f"instances launched: {data['instances_launched']}, cost so far ${data['cost_total']:.2f}")
 
 
 def head_line(head: dict[str, Any]) -> str:

@@ -180,7 +180,7 @@ def test_5xx_on_launch_is_retried_backs_off_and_recovers(lab: FaultLab) -> None:
     )
     time.sleep(BACKOFF_S - 5)  # cycles of 2 s, the cloud answering 500 to every launch
     sent = lab.fake.calls().get("CreateFleet", 0) - before
-    # botocore retries the call (4 attempts), then the template backs off for
+    # botocore sends the call MAX_ATTEMPTS (5) times, then the template backs off for
     # [daemon] launch_backoff_s: one launch in those cycles, not one a cycle
     assert lab.log_since(offset).count("launching 1 instance(s)") == 1, lab.log_since(offset)
     assert 0 < sent <= 2 * MAX_ATTEMPTS, sent
