@@ -6,7 +6,7 @@
       spool/                   root:SLURM 0730  SlurmUser adds requests; nobody else enters
       cm-scale.sock            root:SLURM 0660  SlurmUser pokes the daemon
       leader/                  root:root  0700
-        cm-scale.lock          root:root  0600  the SQLite leader lock
+        cm-scale.lock          root:root  0600  the SQLite leader lease's session lock
 
 SLURM is SlurmUser's primary group, ADMIN the group `[daemon] admin_group` names. Run as
 anyone but root (a developer's own state directory), the modes are set but owners are not.
