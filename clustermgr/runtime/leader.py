@@ -58,13 +58,6 @@ class LeaseLostError(DatabaseError):
     """A fenced write refused: this daemon no longer holds the lease it acted under."""
 
 
-class LeaderLock(Protocol):
-    def try_acquire(self) -> bool: ...
-    def still_leader(self) -> bool: ...
-    def release(self) -> None: ...
-    def holder(self) -> str: ...
-
-
 class SessionLock(Protocol):
     """A lock the operating system or the database frees when its holder's process or
     session ends: the hint that lets a standby take over before the lease runs out."""
