@@ -60,7 +60,10 @@ def cm_scale(
     if not debug:  # the SDKs log every HTTP request (and APScheduler every run) at INFO
         for chatty in (*sdk_loggers(), *QUIET_LOGGERS):
             logging.getLogger(chatty).setLevel(logging.WARNING)
+    from clustermgr.db.database import DAEMON_POOL_SIZE
+
     app = AppContext(config_path=config_path, db_url=db_url, debug=debug)
+    app.pool_size = DAEMON_POOL_SIZE
     settings = app.settings()
     database = app.database()
     if serve_munge_key:
@@ -97,27 +100,30 @@ def run_once(engine: object, state_dir: Path, owners: StateOwners) -> None:
     import socket as socketlib
     from datetime import UTC, datetime
 
-    from clustermgr.runtime.daemon import write_heartbeat
     from clustermgr.runtime.leader import make_lock
+    from clustermgr.runtime.statedir import write_heartbeat
     from clustermgr.scaling.engine import Engine
 
     assert isinstance(engine, Engine)
-    lock = make_lock(engine.db.url, engine.settings.cluster.name, state_dir)
+    name = f"cm-scale@{socketlib.gethostname()}:{os.getpid()}"
+    lock = make_lock(engine.db, name, engine.settings.daemon.lease_s, state_dir)
     if not lock.try_acquire():
-        raise ClusterMgrError(f"the leader lock is held by {lock.holder()}; nothing done")
+        raise ClusterMgrError(f"the leader lease is held by {lock.holder()}; nothing done")
     try:
+        engine.db = engine.db.fenced(lock.fence)
         engine.guard = lock.still_leader
-        beat = {
-            "pid": os.getpid(),
-            "host": socketlib.gethostname(),
-            "role": "once",
-            "at": datetime.now(UTC).isoformat(),
-        }
-        write_heartbeat(state_dir, beat, owners)
-        report = engine.cycle()
-        if engine.settings.directors and lock.still_leader():
-            report.directors = run_directors_inline(engine, report.demand)
-        record_once(engine, report)
+        with lock.kept(engine.settings.daemon.heartbeat_period_s):
+            beat = {
+                "pid": os.getpid(),
+                "host": socketlib.gethostname(),
+                "role": "once",
+                "at": datetime.now(UTC).isoformat(),
+            }
+            write_heartbeat(state_dir, beat, owners)
+            report = engine.cycle()
+            if engine.settings.directors and lock.still_leader():
+                report.directors = run_directors_inline(engine, report.demand)
+            record_once(engine, report)
     finally:
         lock.release()
     echo(report.summary())
@@ -158,8 +164,7 @@ def record_once(engine: object, report: object) -> None:
 def run_directors_inline(engine: object, demand: frozenset[str]) -> str:
     """The director lifecycle's pass after the one cycle, its syncs run at once (there is
     no director-sync job to hand them to)."""
-    from clustermgr.runtime.daemon import director_pass
-    from clustermgr.runtime.director_sync import DirectorSync
+    from clustermgr.runtime.director_sync import DirectorSync, director_pass
     from clustermgr.scaling.engine import Engine
 
     assert isinstance(engine, Engine)

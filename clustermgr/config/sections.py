@@ -74,7 +74,31 @@ class DaemonSettings(StrictModel):
     # a group given read access to the database and heartbeat (read-only clustermgr verbs)
     admin_group: str = Field("", pattern=r"^([a-z_][a-z0-9_.-]*[$]?)?$")
     orphan_grace_s: float = Field(300.0, ge=0)
-    heartbeat_stale_s: float = Field(120.0, gt=0)
+    heartbeat_stale_s: float = Field(120.0, gt=0)  # the hooks' bound (workload/hooks.py)
+    # the leader's lease: renewed with every heartbeat (every heartbeat_period_s); a leader
+    # that stops renewing (dead, frozen, cut off) is replaced at the first standby cycle
+    # after it runs out. `clustermgr status` calls a head stale past max(lease_s, 3 beats).
+    lease_s: float = Field(20.0, gt=0)
+
+    @property
+    def heartbeat_period_s(self) -> float:
+        return min(5.0, self.interval_s / 2)
+
+    @property
+    def status_stale_s(self) -> float:
+        """A heartbeat older than this says the head is dead or frozen."""
+        return min(self.heartbeat_stale_s, max(self.lease_s, 3 * self.heartbeat_period_s))
+
+    @model_validator(mode="after")
+    def _lease_outlives_two_beats(self) -> DaemonSettings:
+        if self.lease_s < 2 * self.heartbeat_period_s:
+            raise ValueError(
+                f"lease_s ({self.lease_s:g}) must be at least two heartbeats "
+                f"({2 * self.heartbeat_period_s:g} s: a heartbeat every min(5, interval_s / 2) "
+                "s renews the lease)"
+            )
+        return self
+
     # a running cycle with no progress (no Slurm command, cloud call or commit returned) for
     # this long stops the systemd watchdog's pings (clustermgr/runtime/watchdog.py); above every
     # single call's own timeout, so only a call hung past its timeouts counts

@@ -17,6 +17,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -36,6 +37,7 @@ from clustermgr.db.models import (
     ImageReplica,
     InstanceTypeRow,
     LdapReplica,
+    LeaderLease,
     Node,
     NodeEvent,
     Provider,
@@ -179,6 +181,11 @@ def fill(url: str) -> None:
                     last_cycle_duration_s=0.5,
                 )
             )
+            # the lease says it leads (SQLite's lease clock: this host's monotonic one)
+            lease = session.get(LeaderLease, 1)
+            assert lease is not None
+            lease.holder, lease.generation = "cm-scale@head:1", 1
+            lease.expires_at = time.monotonic() + 86400
             session.add(
                 ForeignInstance(
                     provider="aws-east",
