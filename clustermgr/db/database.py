@@ -25,7 +25,7 @@ from clustermgr.core.errors import ConfigError, DatabaseError, SchemaOutOfDateEr
 
 # The newest migration's revision, checked without importing Alembic so the CLI and the
 # Slurm hooks start fast. tests/integration/test_database.py keeps it equal to the head.
-SCHEMA_HEAD = "0014_node_image_revision"
+SCHEMA_HEAD = "0015_launch_identity"
 
 
 def migrations_dir() -> Path:
