@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import contextlib
 import secrets
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -68,7 +68,7 @@ class Cloud:
     harness: Any
     entry: dict[str, Any]
     template: dict[str, Any]
-    extra: dict[str, Any] = field(default_factory=dict)
+    groups: Callable[[], list[str]]  # the placement groups that exist
 
 
 def dumped(settings: Any) -> dict[str, Any]:
@@ -83,7 +83,8 @@ def aws_cloud(tmp_path: Path) -> Iterator[Cloud]:
     with aws_harness.contract_harness(tmp_path) as aws:
         settings = aws.settings(name="cloud")
         template = {"image": aws_harness.IMAGE, "subnets": list(aws.subnets()[:1])}
-        yield Cloud("aws", make_provider(settings, CLUSTER), aws, dumped(settings), template)
+        provider = make_provider(settings, CLUSTER)
+        yield Cloud("aws", provider, aws, dumped(settings), template, aws.fake.placement_groups)
 
 
 @contextlib.contextmanager
@@ -95,7 +96,9 @@ def azure_cloud(tmp_path: Path) -> Iterator[Cloud]:
             "subnets": [azure.fake.vnet_subnet],
             "instance_types": list(azure_harness.DEFAULT_TYPES[:1]),
         }
-        yield Cloud("azure", make_provider(settings, CLUSTER), azure, dumped(settings), template)
+        provider = make_provider(settings, CLUSTER)
+        groups = azure.fake.ppg_names
+        yield Cloud("azure", provider, azure, dumped(settings), template, groups)
 
 
 @contextlib.contextmanager
@@ -108,7 +111,11 @@ def openstack_cloud(tmp_path: Path) -> Iterator[Cloud]:
             "network": "burst-net",
             "instance_types": list(openstack_harness.DEFAULT_FLAVORS[:1]),
         }
-        yield Cloud("openstack", provider, stack, dumped(settings), template)
+
+        def groups() -> list[str]:
+            return [str(g["name"]) for g in stack.fake.server_groups.groups.values()]
+
+        yield Cloud("openstack", provider, stack, dumped(settings), template, groups)
 
 
 CLOUDS = {"aws": aws_cloud, "azure": azure_cloud, "openstack": openstack_cloud}
@@ -284,6 +291,7 @@ def test_killed_at_the_wake_with_capacity_scarce_the_relaunch_starts_none(world:
     world.cloud.harness.limit_capacity(3)
     world.restart()
     world.none_of_it()
+    assert list(world.cloud.groups()) == []
 
 
 def test_the_replayed_create_fleet_is_whole_and_carries_the_stored_client_token(
@@ -358,4 +366,4 @@ def test_killed_while_releasing_a_short_answer_ends_whole_or_none(
         aws.whole_set()
     else:
         aws.none_of_it()
-        assert aws.cloud.harness.fake.placement_groups() == []  # the empty group deleted
+        assert aws.cloud.groups() == []  # the empty group deleted
