@@ -19,6 +19,7 @@ import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any
 
 from clustermgr.providers.aws.client import MAX_WORKERS
@@ -71,7 +72,7 @@ def choose(
             if (item.get("State") or {}).get("Name") in ADOPTABLE_STATES
             and tags_of(item).get(TAG_NODE, "") in wanted | {""}
         ),
-        key=lambda item: (not tags_of(item).get(TAG_NODE), str(item["InstanceId"])),
+        key=launch_order,
     )
     keep: list[Launched] = []
     extra: list[str] = []
@@ -86,6 +87,18 @@ def choose(
     if whole and 0 < len(keep) < count:
         return Adoption(len(found), [], extra + [k.instance_id for k in keep], keep)
     return Adoption(len(found), keep, extra)
+
+
+def launch_order(item: Mapping[str, Any]) -> tuple[bool, str, int, str]:
+    """Named instances first; unnamed ones in the order the fleet started them, the order
+    the killed process paired them with nodes in (its CreateTags may still land)."""
+    launched = item.get("LaunchTime")
+    return (
+        not tags_of(item).get(TAG_NODE),
+        launched.isoformat() if isinstance(launched, datetime) else str(launched or ""),
+        int(item.get("AmiLaunchIndex") or 0),
+        str(item["InstanceId"]),
+    )
 
 
 def launched_of(item: Mapping[str, Any]) -> Launched:
