@@ -214,7 +214,14 @@ class WholeChaosLab(CloudChaosLab):
 
     def catch(self, point: str, rng: random.Random, phase: str) -> Catch:
         if phase != BURST:
-            return super().catch(point, rng, phase)
+            found = super().catch(point, rng, phase)
+            if found.gate is None or not self.requests.per_node:
+                return found
+            # a job that got none of its set at restart may still be pending: the n-th
+            # terminate of those that hold an instance
+            rows = chaoscheck.read_rows(self.db_url)
+            holding = sum(1 for n in self.nodes if rows[n].instance_id)
+            return replace(found, nth=rng.randint(1, max(1, holding)))
         scarce = rng.random() < 0.5
         jobs = len(self.nodes) // self.job_nodes
         if point == "releasing":  # the last job short by one; its release held

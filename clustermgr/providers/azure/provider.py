@@ -515,7 +515,9 @@ class AzureProvider(CloudProvider[VmPlan]):
             self._discard_failed_vm(names.vm)
             self.nics.retire([id_name(r.id) for r in nic_refs(vm)])
             return None
-        if state == "deleting":
+        if state == "deleting":  # a release a killed process began: finished, then made anew
+            if self._terminate_one(names.vm) is None:
+                return None
             message = f"VM {names.vm} is being deleted"
             return NodeOutcome(errors=[LaunchError(ErrorKind.TRANSIENT, "Deleting", message)])
         network = self.network()
