@@ -8,6 +8,9 @@ nodes, points never reached, restarted cycles that failed, and the time per tria
     .venv/bin/python bench/chaos_campaign.py              # 200 nodes, 20 trials per cloud
     .venv/bin/python bench/chaos_campaign.py --quick      # aws, 6 nodes, 1 trial (smoke)
     .venv/bin/python bench/chaos_campaign.py --clouds azure,local --trials 5 --json
+    .venv/bin/python bench/chaos_campaign.py --clouds aws,azure,openstack --job-nodes 4
+        # all-or-nothing jobs of 4 nodes: kills at every step of their launches, capacity
+        # free or scarce at restart; adds `partial sets` (a job with some of its instances)
 
 Needs root (slurmctld, network namespaces). The local provider's instances are real slurmd
 in namespaces, so its labs are small (--local-nodes, 4). Seeds run from --seed upwards;
@@ -50,6 +53,7 @@ class Figures:
             "duplicates": tally["duplicate"],
             "orphans": tally["orphan"],
             "lost": tally["lost"],
+            "partial": tally["partial"],
             "missed": sum(len(r.missed) for r in self.results),
             "restarts_failed": sum(len(r.errors) for r in self.results),
             "median_s": round(statistics.median(seconds), 1) if seconds else None,
@@ -63,11 +67,14 @@ def _names(result: TrialResult) -> list[str]:
     return [f"{phase}:{what.split(' ')[0]}" for phase, what in result.points.items()]
 
 
-def run_cloud(cloud: str, nodes: int, trials: int, first_seed: int, root: Path) -> Figures:
-    figures = Figures(cloud, nodes)
+def run_cloud(
+    cloud: str, nodes: int, trials: int, first_seed: int, root: Path, job_nodes: int = 0
+) -> Figures:
+    label = f"{cloud}-whole" if job_nodes else cloud
+    figures = Figures(label, nodes)
     started = time.monotonic()
     try:
-        with chaos_lab(cloud, root / cloud, nodes) as lab:
+        with chaos_lab(cloud, root / label, nodes, job_nodes) as lab:
             print(f"{cloud}: lab up in {time.monotonic() - started:.1f} s", flush=True)
             for seed in range(first_seed, first_seed + trials):
                 result = lab.trial(seed)
@@ -82,11 +89,12 @@ def run_cloud(cloud: str, nodes: int, trials: int, first_seed: int, root: Path) 
 
 
 def table(rows: list[dict[str, object]]) -> str:
-    head = "| cloud | nodes | trials | duplicates | orphans | lost | points missed "
+    head = "| cloud | nodes | trials | duplicates | orphans | lost | partial sets | points missed "
     head += "| restarts failed | s/trial (median) | s/trial (worst) |"
-    lines = [head, "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [head, "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         cells = [r["cloud"], r["nodes"], r["trials"], r["duplicates"], r["orphans"], r["lost"]]
+        cells += [r["partial"]]
         cells += [r["missed"], r["restarts_failed"], r["median_s"], r["worst_s"]]
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
@@ -99,6 +107,13 @@ def main() -> None:
     args_parser.add_argument("--nodes", type=int, default=200, help="burst size on the clouds")
     args_parser.add_argument("--local-nodes", type=int, default=4, help="burst size on local")
     args_parser.add_argument("--seed", type=int, default=0, help="the first trial's seed")
+    args_parser.add_argument(
+        "--job-nodes",
+        type=int,
+        default=0,
+        help="clouds: jobs of this many nodes on an all-or-nothing template (the kills at "
+        "every step of an all-or-nothing launch); 0: an array of one-node tasks",
+    )
     args_parser.add_argument("--json", action="store_true", help="the figures as JSON")
     args_parser.add_argument("--keep", action="store_true", help="keep the labs' directories")
     args = args_parser.parse_args()
@@ -121,7 +136,8 @@ def main() -> None:
             nodes = args.local_nodes if cloud == "local" else args.nodes
             if args.quick:
                 nodes = 6
-            figures.append(run_cloud(cloud, nodes, trials, args.seed, root))
+            job_nodes = 0 if cloud == "local" else args.job_nodes
+            figures.append(run_cloud(cloud, nodes, trials, args.seed, root, job_nodes))
     finally:
         if not args.keep:
             shutil.rmtree(root, ignore_errors=True)

@@ -445,6 +445,18 @@ class LaunchRequest(Base):
     provider: Mapped[str] = mapped_column(String(64))
     owner: Mapped[str] = mapped_column(String(128))  # the template, or the director's name
     issued_at: Mapped[datetime] = mapped_column(default=utcnow)
+    # A node launch's whole identity, so a relaunch after a crash or a takeover re-issues
+    # exactly what was asked (migration 0015; NULL for rows from before it, and directors'):
+    # the nodes in launch order and the jobs they serve (comma-separated), the market,
+    # all-or-nothing, the template's static placement group and per-launch placement policy
+    # at issue time, and the base the cloud's idempotency tokens derive from.
+    nodes: Mapped[str | None] = mapped_column(Text, nullable=True)
+    jobs: Mapped[str | None] = mapped_column(Text, nullable=True)
+    market: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    all_or_nothing: Mapped[bool] = mapped_column(default=False)
+    placement_group: Mapped[str | None] = mapped_column(String(255), nullable=True)
+    launch_group: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    client_token: Mapped[str | None] = mapped_column(String(64), nullable=True)
 
 
 class ForeignInstance(Base):

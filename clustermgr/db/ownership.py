@@ -35,17 +35,77 @@ class Ownership:
         )
 
 
+@dataclass(frozen=True)
+class LaunchIdentity:
+    """What a node launch asked for, stored with its request id before the launch call, so
+    a relaunch (after a crash, or by a standby that took over) re-issues exactly it."""
+
+    nodes: tuple[str, ...]  # in launch order: the cloud binds instances to them in it
+    jobs: tuple[str, ...] = ()
+    market: str = "on-demand"
+    all_or_nothing: bool = False
+    placement_group: str | None = None  # the template's static group at issue time
+    launch_group: str | None = None  # per-launch placement's policy at issue time
+    client_token: str | None = None  # the base the cloud's idempotency tokens derive from
+
+
+@dataclass(frozen=True)
+class IssuedLaunch:
+    """A node launch request as the database holds it."""
+
+    request_id: str
+    provider: str
+    template: str
+    issued_at: datetime
+    identity: LaunchIdentity | None  # None: issued before migration 0015 stored it
+
+
 def issue(
-    session: Session, request_id: str, kind: str, provider: str, owner: str, now: datetime
+    session: Session,
+    request_id: str,
+    kind: str,
+    provider: str,
+    owner: str,
+    now: datetime,
+    identity: LaunchIdentity | None = None,
 ) -> None:
     """Record a request id as issued, in the caller's transaction (the one that commits the
-    launch's intent). Issuing the same id again (a re-issued launch) changes nothing."""
-    if session.get(LaunchRequest, request_id) is None:
-        session.add(
-            LaunchRequest(
-                request_id=request_id, kind=kind, provider=provider, owner=owner, issued_at=now
-            )
+    launch's intent), with the launch's identity. Issuing the same id again (a re-issued
+    launch) changes nothing: the first identity stands."""
+    if session.get(LaunchRequest, request_id) is not None:
+        return
+    row = LaunchRequest(
+        request_id=request_id, kind=kind, provider=provider, owner=owner, issued_at=now
+    )
+    if identity is not None:
+        row.nodes = ",".join(identity.nodes)
+        row.jobs = ",".join(identity.jobs)
+        row.market = identity.market
+        row.all_or_nothing = identity.all_or_nothing
+        row.placement_group = identity.placement_group
+        row.launch_group = identity.launch_group
+        row.client_token = identity.client_token
+    session.add(row)
+
+
+def issued_launch(session: Session, request_id: str) -> IssuedLaunch | None:
+    """The node launch the database issued under this id (None: never issued, or a
+    director's)."""
+    row = session.get(LaunchRequest, request_id)
+    if row is None or row.kind != NODE_LAUNCH:
+        return None
+    identity = None
+    if row.nodes:
+        identity = LaunchIdentity(
+            nodes=tuple(n for n in row.nodes.split(",") if n),
+            jobs=tuple(j for j in (row.jobs or "").split(",") if j),
+            market=row.market or "on-demand",
+            all_or_nothing=bool(row.all_or_nothing),
+            placement_group=row.placement_group,
+            launch_group=row.launch_group,
+            client_token=row.client_token,
         )
+    return IssuedLaunch(row.request_id, row.provider, row.owner, row.issued_at, identity)
 
 
 def known(

@@ -90,6 +90,13 @@ class LaunchSpec:
     # all of `count` start or none does (one job's nodes): a short answer is released at
     # once and the launch tried whole on the next type or zone
     all_or_nothing: bool = False
+    # the base the cloud's idempotency tokens derive from (EC2 ClientToken); None: the
+    # request id. Stored with the request when it was issued, so a relaunch replays it
+    client_token: str | None = None
+    # a relaunch of a request an earlier process issued (a crash, a takeover): the
+    # instances that carry the request's tag are adopted first and only what is missing is
+    # created, so a cloud that ignores idempotency tokens still starts no duplicate
+    resume: bool = False
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,10 @@ from clustermgr.core.reasons import (
     kind_of,
 )
 from clustermgr.db.models import ClusterEvent, Node
+from clustermgr.db.ownership import IssuedLaunch
 from clustermgr.nodes.states import NodeState, transition
 from clustermgr.policy.view import ClusterView
+from clustermgr.providers.base import ALL_OR_NOTHING
 from clustermgr.scaling.accounting import as_launched
 from clustermgr.scaling.actor import Actor, LaunchOutcome
 from clustermgr.scaling.clamp import LaunchOrder, Plan, StopOrder
@@ -38,6 +40,7 @@ from clustermgr.workload.hooks import HookRequest, consume
 log = logging.getLogger(__name__)
 PROTECTED_HOLD = f"{HOLD_PREFIX}(Code:{PROTECTED})"
 HOLD_REASON_MAX = 240  # Slurm keeps the whole reason; sinfo and admins do not need more
+RELAUNCH_REASON = "retrying an interrupted launch"
 SLURM_HAS_IT_DOWN = frozenset({SlurmSeen.POWERED_DOWN, SlurmSeen.POWERING_DOWN, SlurmSeen.MISSING})
 
 
@@ -161,17 +164,61 @@ def relaunch(
     out: ActReport,
     guard: Callable[[], bool],
 ) -> None:
-    """Interrupted launches, re-issued whole with their own request ids (idempotent)."""
+    """Interrupted launches (a crash, a takeover), each re-issued as the database stored it
+    when it was issued: same request id, nodes in their order, jobs, market, all or nothing,
+    placement and client token. The cloud adopts what carries the request's tag first and
+    creates only what is missing (`LaunchSpec.resume`), so no cloud starts a second set."""
     for request_id, names in sorted(judgment.relaunch.items()):
-        node = view.nodes[names[0]]
-        order = LaunchOrder(
-            node.template or "",
-            tuple(sorted(names)),
-            node.market or "on-demand",
-            request_id,
-            "retrying an interrupted launch",
-        )
+        issued = actor.issued_launch(request_id)
+        order = relaunch_order(view, request_id, names, issued)
+        broken = broken_whole(order, issued)
+        if broken:
+            actor.fail({n: broken for n in order.nodes}, terminate=False)
+            out.failed.update({n: broken for n in order.nodes})
+            continue
         launch(actor, view, order, out, guard, begin=False)
+
+
+def relaunch_order(
+    view: ClusterView, request_id: str, names: list[str], issued: IssuedLaunch | None
+) -> LaunchOrder:
+    """The order of an interrupted request, rebuilt from what the database stored with it
+    (`names`: its nodes still LAUNCHING). A request issued before the identity was stored
+    is rebuilt from its nodes, as before (one launch of the nodes, not all or nothing)."""
+    identity = issued.identity if issued is not None else None
+    if issued is None or identity is None:
+        node = view.nodes[names[0]]
+        template, market = node.template or "", node.market or "on-demand"
+        return LaunchOrder(
+            template, tuple(sorted(names)), market, request_id, RELAUNCH_REASON, resume=True
+        )
+    launching = set(names)
+    nodes = [n for n in identity.nodes if n in launching]
+    nodes += sorted(launching - set(identity.nodes))
+    return LaunchOrder(
+        issued.template,
+        tuple(nodes),
+        identity.market,
+        request_id,
+        RELAUNCH_REASON,
+        jobs=identity.jobs,
+        all_or_nothing=identity.all_or_nothing,
+        resume=True,
+        stored=identity,
+    )
+
+
+def broken_whole(order: LaunchOrder, issued: IssuedLaunch | None) -> str:
+    """Why an all-or-nothing request cannot be relaunched whole ("" when it can): some of
+    its nodes are no longer launching (failed or stopped since), so its job cannot have
+    its whole set from it; the rest fails, and the job is decided again next cycle."""
+    if not order.all_or_nothing or issued is None or issued.identity is None:
+        return ""
+    wanted = len(issued.identity.nodes)
+    if len(order.nodes) >= wanted:
+        return ""
+    why = f"all-or-nothing: only {len(order.nodes)} of {wanted} nodes of {order.request_id} "
+    return str(Reason("OTHER", f"{ALL_OR_NOTHING}: {why}still launching, none relaunched"))
 
 
 def act_on_plan(

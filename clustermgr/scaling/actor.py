@@ -13,6 +13,7 @@ import logging
 from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Protocol
 
 from sqlalchemy import select
 from sqlalchemy.orm import Session
@@ -26,7 +27,13 @@ from clustermgr.db.batched import insert_rows
 from clustermgr.db.database import Database
 from clustermgr.db.models import ClusterEvent, InstanceRun, Node
 from clustermgr.db.models import ForeignInstance as ForeignRow
-from clustermgr.db.ownership import NODE_LAUNCH, issue
+from clustermgr.db.ownership import (
+    NODE_LAUNCH,
+    IssuedLaunch,
+    LaunchIdentity,
+    issue,
+    issued_launch,
+)
 from clustermgr.imaging.launch_images import ImageUnavailable
 from clustermgr.mungekey import IdentityError
 from clustermgr.nodes.states import Move, NodeState, transition, transition_all
@@ -41,6 +48,14 @@ from clustermgr.workload.base import Workload, WorkloadNode
 log = logging.getLogger(__name__)
 
 ADOPTED_ON = "already on (BMC on, registered in Slurm): adopted"  # an on-prem node found on
+
+
+class Specs(Protocol):
+    """What a launch order asks its cloud for (scaling/specs.py `LaunchSpecs`)."""
+
+    def __call__(self, order: LaunchOrder) -> LaunchSpec: ...
+
+    def identity(self, order: LaunchOrder) -> LaunchIdentity: ...
 
 
 @dataclass
@@ -63,7 +78,7 @@ class Actor:
         workload: Workload,
         providers: Mapping[str, Provider],
         clock: Callable[[], datetime],
-        specs: Callable[[LaunchOrder], LaunchSpec],
+        specs: Specs,
         actor: str = "cm-scale",
         slurm_nodes: Mapping[str, WorkloadNode] | None = None,
     ):
@@ -95,11 +110,17 @@ class Actor:
         id as issued: only an instance carrying an issued id is ever adopted or terminated."""
         now = self.clock()
         provider = self.template(order.template).provider
+        identity = order.stored or self.specs.identity(order)
         with self.db.session() as session:
-            issue(session, order.request_id, NODE_LAUNCH, provider, order.template, now)
+            issue(session, order.request_id, NODE_LAUNCH, provider, order.template, now, identity)
             intent = {"request_id": order.request_id, "market": order.market, "instance_id": None}
             moves = [(node, order.reason, intent) for node in self._nodes(session, order.nodes)]
             transition_all(session, moves, NodeState.LAUNCHING, self.actor, now)
+
+    def issued_launch(self, request_id: str) -> IssuedLaunch | None:
+        """The node launch the database issued under this id, with what it asked for."""
+        with self.db.session() as session:
+            return issued_launch(session, request_id)
 
     def launch(self, order: LaunchOrder) -> LaunchOutcome:
         """Call the provider and bind what started; the rest is failed with its reason."""

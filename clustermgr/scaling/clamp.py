@@ -26,6 +26,7 @@ from collections import Counter
 from dataclasses import dataclass, field, replace
 
 from clustermgr.config import Settings
+from clustermgr.db.ownership import LaunchIdentity
 from clustermgr.nodes.states import NodeState
 from clustermgr.policy.decision import Launch, Refusal, ScaleDecision
 from clustermgr.policy.view import ClusterView
@@ -47,6 +48,12 @@ class LaunchOrder:
     cut: str = ""  # why the alternates cover fewer nodes than the order, if they do
     # the nodes start together or none does: a short answer is released at once, whole
     all_or_nothing: bool = False
+    # a relaunch of a request an earlier process issued (a crash, a takeover): the cloud
+    # adopts what carries the request's tag before it creates anything (act.relaunch)
+    resume: bool = False
+    # what the database stored with the request when it was issued: the spec takes its
+    # placement and client token from it, not from today's configuration
+    stored: LaunchIdentity | None = None
 
 
 @dataclass(frozen=True)

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from typing import Literal
 
 from clustermgr.config import Settings
+from clustermgr.db.ownership import LaunchIdentity
 from clustermgr.imaging.launch_images import RegionImage, launch_image, launch_user_data
 from clustermgr.mungekey import launch_key_fetch
 from clustermgr.nodes.bootstrap import KeyFetch, render_user_data
@@ -50,6 +52,7 @@ class LaunchSpecs:
             user_data = launch_user_data(
                 self.settings, found, provider_type, self.controller_version, key
             )
+        identity = order.stored or self.identity(order)
         return LaunchSpec(
             template=template.name,
             instance_types=tuple(template.instance_types),
@@ -63,18 +66,31 @@ class LaunchSpecs:
             user_data=user_data,
             tags={},
             instance_profile=template.instance_profile,
-            placement_group=template.placement_group,
+            placement_group=identity.placement_group,
             key_name=template.key_name,
             network=template.network,
             root_volume_gb=template.volume_size_gb,
             reservation=reservation_target(template),
             fabric=template.fabric,
-            launch_group=(
-                (template.placement_policy or "affinity")
-                if template.placement == "per-launch"
-                else None
-            ),
+            launch_group=_placement_policy(identity.launch_group),
             all_or_nothing=order.all_or_nothing,
+            client_token=identity.client_token,
+            resume=order.resume,
+        )
+
+    def identity(self, order: LaunchOrder) -> LaunchIdentity:
+        """What the database stores with the order's request id before the launch call
+        (the template's placement as configured now), for a relaunch to replay."""
+        template = self.settings.template(order.template)
+        per_launch = template.placement == "per-launch"
+        return LaunchIdentity(
+            nodes=order.nodes,
+            jobs=order.jobs,
+            market=order.market,
+            all_or_nothing=order.all_or_nothing,
+            placement_group=template.placement_group,
+            launch_group=(template.placement_policy or "affinity") if per_launch else None,
+            client_token=order.request_id,
         )
 
     def key_fetch(self, order: LaunchOrder) -> KeyFetch:
@@ -84,3 +100,12 @@ class LaunchSpecs:
         return launch_key_fetch(
             self.settings, order.request_id, len(order.nodes), template.boot_timeout_s, self.clock()
         )
+
+
+def _placement_policy(stored: str | None) -> Literal["affinity", "soft-affinity"] | None:
+    """A stored per-launch policy, checked (a database row is input like any other)."""
+    if stored == "affinity":
+        return "affinity"
+    if stored == "soft-affinity":
+        return "soft-affinity"
+    return None

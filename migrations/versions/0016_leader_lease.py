@@ -2,7 +2,7 @@
 write a daemon makes (a leader that wakes from a freeze after a takeover writes nothing)
 
 Revision ID: 0016_leader_lease
-Revises: 0014_node_image_revision
+Revises: 0015_launch_identity
 Create Date: 2026-11-29
 """
 
@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = "0016_leader_lease"
-down_revision = "0014_node_image_revision"
+down_revision = "0015_launch_identity"
 branch_labels = None
 depends_on = None
 

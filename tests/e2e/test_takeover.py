@@ -2,7 +2,11 @@
 over moto, a real slurmctld and real slurmd behind every instance). The leader is killed
 with SIGKILL while its launch is binding instances to nodes; the standby takes the lock,
 reconciles what the leader left (instances launched, none bound), and finishes the burst:
-every job completes, no instance is launched twice, none is left behind."""
+every job completes, no instance is launched twice, none is left behind.
+
+The fake acts as plain moto here (`ignore_client_tokens`): a re-issued CreateFleet would
+start a second set, so the standby's relaunch must adopt the leader's instances by their
+request tag rather than count on EC2 replaying the client token (issue 33, item 7)."""
 
 from __future__ import annotations
 
@@ -60,6 +64,7 @@ def test_the_standby_finishes_a_burst_whose_leader_was_killed_mid_launch(
             lab.wait("the leader to lead", lambda: roles(lab).get(leader.pid) == "leader", 30)
             with lab.daemon(standby_config(lab), "standby.log") as standby:
                 lab.wait("the standby", lambda: roles(lab).get(standby.pid) == "standby", 30)
+                fake.ignore_client_tokens()  # plain moto: no idempotency layer
                 fake.slow(30, attempts=1, actions=["CreateTags"])  # binding hangs
                 array = lab.submit(f"--array=1-{TASKS}", "--exclusive", "--wrap", "sleep 1")
                 lab.wait(

@@ -5,7 +5,9 @@ moto (5.x, server mode) answers the real boto3 client, but it is not idempotent 
 credential failures. The middleware in front of it:
 
 - replays the first successful CreateFleet / RunInstances answer for a `ClientToken`
-  (IdempotentParameterMismatch when the same token comes with other parameters);
+  (IdempotentParameterMismatch when the same token comes with other parameters), unless
+  told to act as plain moto (`ignore_client_tokens`); it records every launch call's
+  parameters (`launch_calls`);
 - fails the next N launch calls (or any action) with an EC2 error code and HTTP status;
 - limits capacity, in all or per instance type: only N more instances start; a CreateFleet
   asking for more is cut down and answers the instances that did start plus an `Errors`
@@ -82,6 +84,7 @@ CONTROL_METHODS = (
     "no_capacity_for",
     "fleet_errors_with",
     "clear_faults",
+    "ignore_client_tokens",
 )
 # How EC2 signals each fault (HTTP status real EC2 uses; botocore retries 5xx and throttles).
 DEFAULT_STATUS = {
@@ -155,6 +158,8 @@ class MiddlewareState:
     calls: Counter[str] = field(default_factory=Counter)
     reservations: dict[str, FakeReservation] = field(default_factory=dict)
     fleet_error: tuple[str, str] = (FLEET_CODE, FLEET_MESSAGE)  # code, message of Errors items
+    honour_tokens: bool = True  # False: plain moto, which starts a token's request again
+    launches: list[dict[str, str]] = field(default_factory=list)  # each launch call's params
 
 
 class FaultMiddleware:
@@ -261,6 +266,17 @@ class FaultMiddleware:
             self.state.no_capacity_types.clear()
             self.state.rejected_keys.clear()
             self.state.fleet_api = True
+
+    def ignore_client_tokens(self, ignored: bool = True) -> None:
+        """Plain moto: a ClientToken seen before starts its request again (no replay)."""
+        with self.lock:
+            self.state.honour_tokens = not ignored
+
+    def launch_calls(self) -> list[dict[str, str]]:
+        """The parameters of every CreateFleet / RunInstances that reached the fake, in order
+        (`Action` among them)."""
+        with self.lock:
+            return [dict(p) for p in self.state.launches]
 
     def calls(self) -> dict[str, int]:
         with self.lock:
@@ -414,7 +430,11 @@ class FaultMiddleware:
         if rejected:
             return _auth_failure(req.service)
         token = req.get("ClientToken")
-        if req.action in LAUNCH_ACTIONS and token:
+        with self.lock:
+            honour = self.state.honour_tokens
+            if req.action in LAUNCH_ACTIONS:
+                self.state.launches.append({"Action": req.action, **dict(req.params)})
+        if req.action in LAUNCH_ACTIONS and token and honour:
             with self._token_lock((req.action, token)):
                 return self._idempotent(req, (req.action, token), environ, body)
         return self._launch_or_forward(req, environ, body)
@@ -933,6 +953,14 @@ class FakeAws:
     def calls(self) -> dict[str, int]:
         """Requests seen per action (every attempt, retries included)."""
         return self.middleware.calls()
+
+    def ignore_client_tokens(self, ignored: bool = True) -> None:
+        """Act as plain moto: a ClientToken seen before starts its request again."""
+        self.middleware.ignore_client_tokens(ignored)
+
+    def launch_calls(self) -> list[dict[str, str]]:
+        """Every CreateFleet / RunInstances's parameters, in order (`Action` among them)."""
+        return self.middleware.launch_calls()
 
     def placement_groups(self) -> list[str]:
         """The names of the placement groups that exist (tests/fakes/aws_placement.py)."""

@@ -12,6 +12,9 @@ cloud and the database agree, and every node's history is a legal path to its st
   history that breaks (an event's old state is not the previous event's new state, a
   transition lifecycle.py forbids, a last event whose new state is not the node's state).
 
+- partial: an all-or-nothing request (launch_requests.all_or_nothing) with some but not all
+  of its nodes' instances live: a job paying for nodes it can never start on.
+
 "Live" is every listed state but TERMINATED: an instance still STOPPING is still billed.
 """
 
@@ -24,11 +27,11 @@ from dataclasses import dataclass
 from sqlalchemy import select
 
 from clustermgr.db.database import Database
-from clustermgr.db.models import Node, NodeEvent
+from clustermgr.db.models import LaunchRequest, Node, NodeEvent
 from clustermgr.nodes.states import NodeState, can_transition
 from clustermgr.providers.base import CloudInstance, InstanceState
 
-KINDS = ("duplicate", "orphan", "lost")
+KINDS = ("duplicate", "orphan", "lost", "partial")
 WORKING = frozenset({NodeState.BOOTING.value, NodeState.UP.value, NodeState.DRAINING.value})
 
 
@@ -73,6 +76,22 @@ def read_rows(db_url: str) -> dict[str, NodeRow]:
         database.dispose()
 
 
+def whole_requests(db_url: str) -> dict[str, int]:
+    """The all-or-nothing requests the database issued: request id -> its node count."""
+    database = Database(db_url)
+    try:
+        with database.session() as session:
+            query = select(LaunchRequest.request_id, LaunchRequest.nodes).where(
+                LaunchRequest.all_or_nothing.is_(True)
+            )
+            return {
+                r: len([n for n in (nodes or "").split(",") if n])
+                for r, nodes in session.execute(query)
+            }
+    finally:
+        database.dispose()
+
+
 def history_breaks(row: NodeRow) -> str | None:
     """Why the node's history does not end consistently with its row, or None."""
     if not row.history:
@@ -94,9 +113,11 @@ def inspect(
     rows: Mapping[str, NodeRow],
     slurm_addresses: Mapping[str, str],
     stray_namespaces: Iterable[str] = (),
+    whole: Mapping[str, int] | None = None,
 ) -> list[Finding]:
     """Every finding for one moment of the cloud (`instances`: the provider's listing),
-    the database (`rows`) and Slurm (`slurm_addresses`: node -> NodeAddr)."""
+    the database (`rows`), Slurm (`slurm_addresses`: node -> NodeAddr) and the
+    all-or-nothing requests (`whole`: request id -> its node count)."""
     live = {i: inst for i, inst in instances.items() if inst.state is not InstanceState.TERMINATED}
     holders: dict[str, list[str]] = defaultdict(list)
     for row in rows.values():
@@ -119,6 +140,11 @@ def inspect(
     found += [Finding("orphan", ns, "namespace no running record names") for ns in stray_namespaces]
     for row in sorted(rows.values(), key=lambda r: r.name):
         found += _row_findings(row, live, slurm_addresses)
+    per_request = Counter(inst.request_id for inst in live.values() if inst.request_id)
+    for request_id, wanted in sorted((whole or {}).items()):
+        got = per_request.get(request_id, 0)
+        if 0 < got < wanted:
+            found.append(Finding("partial", request_id, f"{got} of {wanted} instances live"))
     return found
 
 

@@ -18,8 +18,8 @@ from __future__ import annotations
 import contextlib
 import json
 import random
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +181,78 @@ class CloudChaosLab(ChaosLab):
         )
 
 
+class WholeChaosLab(CloudChaosLab):
+    """The cloud lab with an all-or-nothing, per-launch-placement template and jobs of
+    `job_nodes` nodes each (queue_depth launches each job as one all-or-nothing order):
+    killed at every step of such a launch (before the create call, the create held before
+    or after the cloud acted, between the binding calls, Azure: while releasing a short
+    answer), the restarted cycle finding capacity free or scarce (room for less than a
+    job). The check adds `partial`: a request with some but not all of its instances live."""
+
+    def __init__(self, lab: CloudLab, nodes: list[str], job_nodes: int):
+        super().__init__(lab, nodes)
+        self.name = f"{lab.kind.name}-whole"
+        self.job_nodes = job_nodes
+        burst = ["wake", "launch-sent", "launch-done"]
+        if self.requests.binding is not None:
+            burst.append("binding")
+        if lab.kind.name == "azure":  # a batch of VMs comes back short; EC2 and Nova start
+            burst.append("releasing")  # all or none of one request, so nothing is released
+        self.points = {**self.points, BURST: tuple(burst)}
+
+    def demand(self) -> None:
+        for _ in range(len(self.nodes) // self.job_nodes):
+            self.slurm.run(
+                "sbatch",
+                "--parsable",
+                f"--nodes={self.job_nodes}",
+                f"--chdir={self.workdir}",
+                f"--output={self.workdir}/job-%j.out",
+                "--wrap",
+                "hostname",
+            )
+
+    def catch(self, point: str, rng: random.Random, phase: str) -> Catch:
+        if phase != BURST:
+            found = super().catch(point, rng, phase)
+            if found.gate is None or not self.requests.per_node:
+                return found
+            # a job that got none of its set at restart may still be pending: the n-th
+            # terminate of those that hold an instance
+            rows = chaoscheck.read_rows(self.db_url)
+            holding = sum(1 for n in self.nodes if rows[n].instance_id)
+            return replace(found, nth=rng.randint(1, max(1, holding)))
+        scarce = rng.random() < 0.5
+        jobs = len(self.nodes) // self.job_nodes
+        if point == "releasing":  # the last job short by one; its release held
+            short = Catch(point, gate=self.requests.terminate, short_by=1)
+            return replace(short, scarce_at_restart=scarce)
+        if point == "launch-sent" and self.lab.kind.name == "openstack":  # one POST a job
+            return Catch(point, gate=self.requests.launch, nth=rng.randint(1, jobs),
+                         scarce_at_restart=scarce)  # fmt: skip
+        return replace(super().catch(point, rng, phase), scarce_at_restart=scarce)
+
+    def arm_cloud(self, catch: Catch) -> Armed:
+        if catch.point != "releasing":
+            return super().arm_cloud(catch)
+        assert catch.gate is not None
+        self.fake.limit_capacity(len(self.nodes) - catch.short_by)
+        # the 1st DELETE discards the VM that found no capacity; the 2nd is the release's
+        gate: Gate = self.fake.hold_next(catch.gate, nth=2, after=False)
+
+        def disarm() -> None:
+            gate.release()
+            self.fake.limit_capacity(None)
+
+        return Armed(lambda _elapsed: gate.reached.is_set(), disarm)
+
+    def restart_capacity(self, scarce: bool) -> Callable[[], None]:
+        if not scarce:
+            return lambda: None
+        self.fake.limit_capacity(self.job_nodes - 1)
+        return lambda: self.fake.limit_capacity(None)
+
+
 # --- local: real slurmd in namespaces ---------------------------------------------------------
 
 
@@ -300,9 +372,10 @@ def cloud_options(cloud: str, nodes: str, bin_dir: Path) -> LabOptions:
 
 
 @contextlib.contextmanager
-def chaos_lab(cloud: str, workdir: Path, nodes: int) -> Iterator[ChaosLab]:
+def chaos_lab(cloud: str, workdir: Path, nodes: int, job_nodes: int = 0) -> Iterator[ChaosLab]:
     """A lab for `cloud` ("aws", "azure", "openstack" or "local") with `nodes` burst nodes,
-    everything it started stopped on exit."""
+    everything it started stopped on exit. `job_nodes` (clouds only): jobs of that many
+    nodes on an all-or-nothing template (WholeChaosLab), else an array of one-node tasks."""
     workdir.mkdir(parents=True, exist_ok=True)
     if cloud == "local":
         with _local(workdir, nodes) as lab:
@@ -310,8 +383,13 @@ def chaos_lab(cloud: str, workdir: Path, nodes: int) -> Iterator[ChaosLab]:
         return
     names = f"burst-[1-{nodes}]"
     bin_dir = ChaosLab(workdir, []).make_bin_dir()
-    with cloud_lab(workdir, cloud, cloud_options(cloud, names, bin_dir)) as lab:
-        chaos = CloudChaosLab(lab, expand(names))
+    options = cloud_options(cloud, names, bin_dir)
+    if job_nodes:
+        whole = {"scaling_strategy": "all-or-nothing", "placement": "per-launch"}
+        options = replace(options, templates=(whole,))
+    with cloud_lab(workdir, cloud, options) as lab:
+        made = WholeChaosLab(lab, expand(names), job_nodes) if job_nodes else None
+        chaos = made or CloudChaosLab(lab, expand(names))
         first, failed = chaos.once()  # holds the policy-mode nodes (drained~)
         if failed:
             raise LabStuck(f"{cloud}: the first cycle failed: {first}")

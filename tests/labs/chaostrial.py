@@ -36,7 +36,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from clustermgr.core.hostlists import compress
@@ -69,6 +69,7 @@ POINTS = {
     "stopping": "STOPPING committed, Slurm being told, nothing terminated",
     "terminate-sent": "a terminate request held before the cloud acted on it",
     "terminate-done": "the cloud terminated; its answer never reached cm-scale",
+    "releasing": "an all-or-nothing answer came back short; its release held before acting",
 }
 BURST, DOWN = "burst", "scale-down"
 
@@ -89,8 +90,11 @@ class Catch:
     stall: str | None = None  # local: faults.json stall at "launch" or "terminate"
     delay_s: float = 0.0  # timer: kill this long after the daemon started
     short_by: int = 0  # the cloud lacks capacity for this many of the nodes
+    scarce_at_restart: bool = False  # the restarted cycle finds room for less than a job
 
     def describe(self) -> str:
+        if self.scarce_at_restart:
+            return f"{replace(self, scarce_at_restart=False).describe()} (scarce at restart)"
         if self.point == "timer":
             return f"timer {self.delay_s:.1f} s"
         if self.gate is not None and self.nth > 1:
@@ -301,7 +305,13 @@ class ChaosLab:
             chaoscheck.read_rows(self.db_url),
             self.slurm_addresses(),
             self.stray_namespaces(),
+            chaoscheck.whole_requests(self.db_url),
         )
+
+    def restart_capacity(self, scarce: bool) -> Callable[[], None]:
+        """Make the restarted cycle find room for less than one job (all-or-nothing labs);
+        returns what lifts it."""
+        return lambda: None
 
     def clean(self) -> bool:
         return not self.unclean()
@@ -370,7 +380,11 @@ class ChaosLab:
             lap = time.monotonic()
             if not self.kill_at(catch, begin):
                 result.missed.append(f"{phase}: {catch.describe()}")
-            summary, failed = self.once()
+            lift = self.restart_capacity(catch.scarce_at_restart)
+            try:
+                summary, failed = self.once()
+            finally:
+                lift()
             result.restarts.append(summary)
             if failed:
                 result.errors.append(f"{phase}: {summary}")

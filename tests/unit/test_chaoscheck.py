@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from clustermgr.providers.base import TAG_NODE, CloudInstance, InstanceState
+from clustermgr.providers.base import TAG_NODE, TAG_REQUEST, CloudInstance, InstanceState
 from tests.labs.chaoscheck import NodeRow, counts, history_breaks, inspect
 
 UP_HISTORY = (("NEW", "POWERED_DOWN"), ("POWERED_DOWN", "LAUNCHING"), ("LAUNCHING", "BOOTING"))
@@ -13,7 +13,10 @@ DOWN_HISTORY = (*UP_HISTORY, ("BOOTING", "STOPPING"), ("STOPPING", "POWERED_DOWN
 
 
 def instance(
-    iid: str, node: str | None, state: InstanceState = InstanceState.RUNNING
+    iid: str,
+    node: str | None,
+    state: InstanceState = InstanceState.RUNNING,
+    request: str | None = None,
 ) -> CloudInstance:
     return CloudInstance(
         instance_id=iid,
@@ -24,7 +27,7 @@ def instance(
         zone=None,
         lifecycle="on-demand",
         launch_time=datetime(2026, 11, 23, tzinfo=UTC),
-        tags={TAG_NODE: node} if node else {},
+        tags={**({TAG_NODE: node} if node else {}), **({TAG_REQUEST: request} if request else {})},
     )
 
 
@@ -58,9 +61,15 @@ def test_each_kind_of_finding_is_found() -> None:
         "n3": booting("n3", "i-7"),  # holds an instance the cloud does not have: lost
         "n4": NodeRow("n4", "BOOTING", "i-1", "10.0.0.3", UP_HISTORY),  # i-1 held twice
     }
-    found = inspect(instances, rows, {"n1": "10.0.0.3", "n4": "10.0.0.3"}, ["lc-0000dead"])
+    # an all-or-nothing request of 4 with 2 instances live (bound, so nothing else): partial
+    instances |= {f"i-{n}": instance(f"i-{n}", f"n{n}", request="r-9") for n in (5, 6)}
+    rows |= {f"n{n}": booting(f"n{n}", f"i-{n}") for n in (5, 6)}
+    told = {"n1": "10.0.0.3", "n4": "10.0.0.3", "n5": "10.0.0.3", "n6": "10.0.0.3"}
+    whole = {"r-9": 4, "r-8": 2}  # r-8: none of its set live, as wanted
+    found = inspect(instances, rows, told, ["lc-0000dead"], whole)
     lines = sorted(f.line() for f in found)
-    assert counts(found) == {"duplicate": 2, "orphan": 4, "lost": 2}, lines
+    assert counts(found) == {"duplicate": 2, "orphan": 4, "lost": 2, "partial": 1}, lines
+    assert "partial: r-9: 2 of 4 instances live" in lines
     assert "orphan: lc-0000dead: namespace no running record names" in lines
     assert "lost: n2: POWERED_DOWN, forgot i-4" in lines
     assert "lost: n3: holds i-7, the cloud has none" in lines

@@ -20,6 +20,7 @@ import logging
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from clustermgr.core.errors import ProviderError
 from clustermgr.providers.aws.errors import SDK_ERRORS, classify
 from clustermgr.providers.base import TAG_CLUSTER, TAG_REQUEST, TAG_TEMPLATE, LaunchSpec, ours
 from clustermgr.providers.launch_groups import PlacementGroup, group_name, wants_group
@@ -90,6 +91,14 @@ class ClusterGroups:
                 return False
             raise
         return True
+
+    def drop(self, group: PlacementGroup) -> None:
+        """Delete the group of a launch that started nothing, now: the cycle's sweep would
+        find it empty only after the orphan grace (and, after a scarce period, many)."""
+        try:
+            self.call(f"deleting placement group {group.name}", lambda: self.delete(group))
+        except ProviderError as exc:
+            log.warning("placement group %s not deleted: %s", group.name, exc)
 
 
 def _group(item: Mapping[str, Any]) -> PlacementGroup | None:

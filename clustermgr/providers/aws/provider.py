@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from clustermgr.config import ProviderSettings
 from clustermgr.core.errors import ErrorKind, ProviderError
+from clustermgr.providers.aws.adoption import adopt, tag_nodes
 from clustermgr.providers.aws.capacity_reservations import (
     FULL_CODES,
     ON_DEMAND_SUFFIX,
@@ -45,7 +46,7 @@ from clustermgr.providers.aws.capacity_reservations import (
     now,
     without_reservation,
 )
-from clustermgr.providers.aws.client import MAX_WORKERS, AwsClients
+from clustermgr.providers.aws.client import AwsClients
 from clustermgr.providers.aws.cluster_groups import ClusterGroups, run_with_group, with_group
 from clustermgr.providers.aws.efa import without_efa
 from clustermgr.providers.aws.errors import (
@@ -76,7 +77,6 @@ from clustermgr.providers.aws.shapes import (
     run_launched,
     run_request,
     shortfall,
-    tag_list,
     tags_of,
     to_instance,
     to_instance_type,
@@ -97,7 +97,7 @@ from clustermgr.providers.base import (
 )
 from clustermgr.providers.launch_groups import PlacementGroup
 from clustermgr.providers.reservations import ReservationFacts
-from clustermgr.providers.skeleton import Check, CloudProvider, Failure, parallel
+from clustermgr.providers.skeleton import Check, CloudProvider
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -107,7 +107,6 @@ log = logging.getLogger(__name__)
 PAGE_SIZE = 1000  # DescribeInstances MaxResults
 FILTER_VALUES = 200  # EC2's limit on values in one filter
 VALIDATION_TTL_S = 600.0
-TAG_RETRY_DELAYS_S = (0.5, 1.0, 2.0)  # a new instance id may not be visible to CreateTags yet
 Bad = Callable[[str, str, str], ProviderError]  # (field, value, why) -> INVALID error
 
 
@@ -210,14 +209,37 @@ class AwsProvider(CloudProvider[FleetPlan]):
         return FleetPlan(spec, request_id, count, template, version, tags, group=group)
 
     def start(self, plan: FleetPlan, result: LaunchResult) -> None:
-        if plan.spec.all_or_nothing:
-            launched = self._launch_whole(plan, result.errors)
+        adopted, rest = self._adopt(plan, result.errors) if plan.spec.resume else ([], plan)
+        launched: list[Launched] = []
+        if rest is None:  # a relaunch that found every instance it asked for
+            pass
+        elif rest.spec.all_or_nothing:
+            launched = self._launch_whole(rest, result.errors)
             if not launched:  # a reservation that cannot hold the job: on-demand, whole
-                launched = self._fallback(plan, 0, result.errors, self._launch_whole)
+                launched = self._fallback(rest, 0, result.errors, self._launch_whole)
         else:
-            launched = self._launch_batches(plan, result.errors)
-            launched += self._fallback(plan, len(launched), result.errors, self._launch_batches)
-        result.instances = self._bind(plan, launched, result.errors)
+            launched = self._launch_batches(rest, result.errors)
+            launched += self._fallback(rest, len(launched), result.errors, self._launch_batches)
+        result.instances = self._bind(plan, adopted + launched, result.errors)
+        if plan.group is not None and not result.instances:  # made for a launch of nothing
+            self.groups.drop(PlacementGroup(plan.group, plan.group, plan.request_id))
+
+    def _adopt(
+        self, plan: FleetPlan, errors: list[LaunchError]
+    ) -> tuple[list[Launched], FleetPlan | None]:
+        """A relaunch: what carries the request's tag is adopted first (adoption.py).
+        Returns (the instances adopted, the plan for what is missing: None for nothing)."""
+        found = self._described(plan.request_id, errors).values()
+        spec, request_id = plan.spec, plan.request_id
+        got = adopt(found, spec.node_names[: plan.count], spec.all_or_nothing, request_id,
+                    lambda ids: self.release(ids, request_id))  # fmt: skip
+        rest = replace(plan, count=got.missing, part=plan.part + got.part)
+        return got.keep, rest if got.missing else None
+
+    def _token(self, plan: FleetPlan, part: str) -> str:
+        """The ClientToken of one call: from the token base stored with the request (the
+        request id for one issued before it was stored) and the call's part."""
+        return client_token(self.cluster, plan.spec.client_token or plan.request_id, part)
 
     def _launch_whole(self, plan: FleetPlan, errors: list[LaunchError]) -> list[Launched]:
         """Each instance type x subnet in order, one fleet of all the nodes or none; what a
@@ -230,7 +252,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
                 got, failed = self._run_batch(plan, plan.count, f"{plan.part}w")  # MinCount
                 errors.extend(failed)
                 return got
-            token = client_token(self.cluster, plan.request_id, f"{plan.part}w{attempt}")
+            token = self._token(plan, f"{plan.part}w{attempt}")
             request = with_group(
                 whole_fleet_request(spec, plan.attempt(itype, place, plan.count, token)),
                 plan.group,
@@ -280,7 +302,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
     ) -> tuple[list[Launched], list[LaunchError]]:
         if not self._fleet_api:
             return self._run_batch(plan, wanted, part)
-        token = client_token(self.cluster, plan.request_id, part)
+        token = self._token(plan, part)
         request = fleet_request(plan.spec, plan.template, plan.version, wanted, token, plan.tags)
         request = with_group(request, plan.group)
         try:
@@ -308,7 +330,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
             missing = wanted - len(got)
             if missing <= 0:
                 break
-            token = client_token(self.cluster, plan.request_id, f"{part}r{attempt}")
+            token = self._token(plan, f"{part}r{attempt}")
             request = run_with_group(
                 run_request(spec, plan.attempt(itype, place, missing, token)), plan.group
             )
@@ -539,31 +561,7 @@ class AwsProvider(CloudProvider[FleetPlan]):
 
     def _tag_nodes(self, pairs: list[tuple[str, str]], errors: list[LaunchError]) -> set[str]:
         """One CreateTags per instance (node name and Name); the ids that failed."""
-        if not pairs:
-            return set()
-        outcomes = parallel(lambda p: self._tag_node(*p), pairs, MAX_WORKERS, "aws-tag")
-        failed: set[str] = set()
-        for (iid, _), failure in zip(pairs, outcomes, strict=True):
-            if failure is not None:
-                failed.add(iid)
-                errors.append(failure.launch_error(count=1))
-        return failed
-
-    def _tag_node(self, instance_id: str, node: str) -> Failure | None:
-        request: dict[str, Any] = {
-            "Resources": [instance_id],
-            "Tags": tag_list({TAG_NODE: node, "Name": node}),
-        }
-        for delay in (*TAG_RETRY_DELAYS_S, None):
-            try:
-                self.ec2().create_tags(**request)
-                return None
-            except SDK_ERRORS as exc:
-                failure = self.failure(exc)
-                if failure.code not in NOT_FOUND_CODES or delay is None:
-                    return failure
-                time.sleep(delay)
-        return None
+        return tag_nodes(self.ec2, self.failure, pairs, errors)
 
     # ------------------------------------------------------------------ terminate
 

@@ -107,6 +107,7 @@ class VmPlan:
     nodes: tuple[str, ...]
     ssh_public_key: str
     held_back: LaunchError | None = None  # nodes a full reservation group does not launch
+    own_group: str | None = None  # the proximity placement group made for this launch
 
 
 @dataclass
@@ -248,9 +249,16 @@ class AzureProvider(CloudProvider[VmPlan]):
         nodes, refused = self._within_group(spec, spec.node_names[:count], request_id)
         group = self.groups.ensure(spec, len(nodes), request_id)  # the last step before VMs
         spec = spec if group is None else replace(spec, placement_group=group)
-        return VmPlan(spec, request_id, nodes, key, refused) if nodes or refused else None
+        own = id_name(group) if group else None
+        return VmPlan(spec, request_id, nodes, key, refused, own) if nodes or refused else None
 
     def start(self, plan: VmPlan, result: LaunchResult) -> None:
+        self._start(plan, result)
+        if plan.own_group and not result.instances:  # made for a launch that started none
+            group = PlacementGroup(plan.own_group, plan.own_group, plan.request_id)
+            self.groups.delete(group)  # a refusal is logged; the cycle's sweep tries again
+
+    def _start(self, plan: VmPlan, result: LaunchResult) -> None:
         self.nics.retry()
         if plan.held_back is not None:
             result.errors.append(plan.held_back)
@@ -518,7 +526,9 @@ class AzureProvider(CloudProvider[VmPlan]):
             self._discard_failed_vm(names.vm)
             self.nics.retire([id_name(r.id) for r in nic_refs(vm)])
             return None
-        if state == "deleting":
+        if state == "deleting":  # a release a killed process began: finished, then made anew
+            if self._terminate_one(names.vm) is None:
+                return None
             message = f"VM {names.vm} is being deleted"
             return NodeOutcome(errors=[LaunchError(ErrorKind.TRANSIENT, "Deleting", message)])
         network = self.network()

@@ -21,7 +21,7 @@ from clustermgr.providers.base import (
     LaunchResult,
     LaunchSpec,
 )
-from clustermgr.providers.launch_groups import PlacementGroup
+from clustermgr.providers.launch_groups import PlacementGroup, group_name
 from clustermgr.providers.openstack import server_groups
 from clustermgr.providers.openstack.client import OpenStackClient, timing_for
 from clustermgr.providers.openstack.errors import (
@@ -165,6 +165,13 @@ class OpenStackProvider(CloudProvider[ServerPlan]):
 
     def start(self, plan: ServerPlan, result: LaunchResult) -> None:
         Launcher(self, plan).run(result)
+        if plan.group_id and plan.spec.launch_group and not result.instances:
+            # the server group made for this launch, which started nothing: deleted now
+            name = group_name(self.cluster, plan.spec.template, plan.request_id)
+            try:
+                server_groups.delete(self, PlacementGroup(name, plan.group_id, plan.request_id))
+            except ProviderError as exc:
+                log.warning("server group %s not deleted: %s", name, exc)
 
     def placement_groups(self) -> list[PlacementGroup]:
         return server_groups.listed(self)
