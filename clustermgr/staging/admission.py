@@ -72,11 +72,6 @@ class Gate:
         self._open: Counter[str] = Counter()
         self._refused: Counter[str] = Counter()  # this episode's refusals, per caller
 
-    @property
-    def total(self) -> int:
-        with self._lock:
-            return sum(self._open.values())
-
     def admit(self, caller: str) -> str | None:
         """None when `caller` may have one more connection (counted until `release`), else
         why not, in one line for the caller."""

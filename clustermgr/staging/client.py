@@ -3,7 +3,8 @@ the UNIX socket when this host has it (the head), else TCP with a MUNGE credenti
 
 A full listen queue on the socket is waited out, for CONNECT_PATIENCE_S at most: each
 attempt waits in the kernel for a free place (SO_SNDTIMEO bounds a blocking AF_UNIX
-connect), then backs off a little (TCP's own SYN retries do that over TCP)."""
+connect), then backs off a little (TCP's own SYN retries do that over TCP). So is an
+answer that the service is busy (its caps, clustermgr.staging.admission)."""
 
 from __future__ import annotations
 
@@ -26,18 +27,36 @@ _TIMEVAL = struct.Struct("ll")
 
 
 def call(staging: StagingSettings, op: str, **args: Any) -> dict[str, Any]:
-    """The service's answer to one request; Refused (exit 2) or StagingError (exit 1)."""
+    """The service's answer to one request; Refused (exit 2) or StagingError (exit 1).
+    An answer that the service is busy (a cap reached) is asked again, backing off, until
+    CONNECT_PATIENCE_S have passed."""
     body = wire.encode({"op": op, "args": args})
+    give_up = time.monotonic() + CONNECT_PATIENCE_S
+    pause = 0.05
+    while True:
+        answer = _exchange(staging, body, give_up)
+        if not answer.get("busy") or time.monotonic() + pause >= give_up:
+            break
+        time.sleep(pause * random.uniform(0.5, 1.0))  # noqa: S311 (spreading, not secrets)
+        pause = min(pause * 2, 1.0)
+    if answer.get("ok"):
+        result: dict[str, Any] = answer.get("result") or {}
+        return result
+    error = str(answer.get("error", "refused"))
+    raise Refused(error) if answer.get("exit") == 2 else StagingError(error)
+
+
+def _exchange(staging: StagingSettings, body: bytes, give_up: float) -> dict[str, Any]:
     path = staging.socket
     try:
         if path.is_socket():
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-                connect_waiting(sock, path)
+                connect_waiting(sock, path, max(0.1, give_up - time.monotonic()))
                 sock.settimeout(TIMEOUT_S)
                 sock.sendall(body)
                 line = _read_line(sock)
         elif staging.service:
-            credential = wire.make_credential(body)
+            credential = wire.make_credential(body)  # each attempt its own: one use each
             host, _, port = staging.service.rpartition(":")
             with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
                 sock.sendall(credential + body)
@@ -51,12 +70,7 @@ def call(staging: StagingSettings, op: str, **args: Any) -> dict[str, Any]:
         raise StagingError(f"the staging service did not answer ({exc.strerror or exc})") from None
     if not line:
         raise StagingError("the staging service closed the connection without an answer")
-    answer = wire.decode(line, "the staging service's answer")
-    if answer.get("ok"):
-        result: dict[str, Any] = answer.get("result") or {}
-        return result
-    error = str(answer.get("error", "refused"))
-    raise Refused(error) if answer.get("exit") == 2 else StagingError(error)
+    return wire.decode(line, "the staging service's answer")
 
 
 def connect_waiting(

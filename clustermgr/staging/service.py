@@ -10,6 +10,7 @@ It runs as threads of cm-scale (root, the database's owner). Two doors, one answ
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import socket
@@ -32,6 +33,7 @@ from clustermgr.staging.wire import Caller, Refused
 log = logging.getLogger(__name__)
 _PEERCRED = struct.Struct("3i")  # struct ucred: pid, uid, gid
 CREDENTIAL_LINE = 4097
+ACCEPT_PAUSE_S = 0.1
 
 
 def peer_of(sock: socket.socket) -> Caller:
@@ -140,6 +142,14 @@ class _GatedServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
     daemon_threads = True
     gate: Gate
 
+    def get_request(self) -> tuple[Any, Any]:
+        try:
+            return super().get_request()
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):  # the process is out: let the
+                time.sleep(ACCEPT_PAUSE_S)  # queue wait rather than spin on accept
+            raise
+
     def process_request(self, request: Any, client_address: Any) -> None:
         try:
             caller = caller_of(request, client_address)
@@ -148,7 +158,12 @@ class _GatedServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
             return
         refusal = self.gate.admit(caller)
         if refusal is not None:
-            answer = {"ok": False, "error": f"the staging service is busy: {refusal}", "exit": 1}
+            answer = {
+                "ok": False,
+                "busy": True,  # the client asks again, backing off
+                "error": f"the staging service is busy: {refusal}",
+                "exit": 1,
+            }
             with contextlib.suppress(OSError):  # a full buffer or a gone client: just close
                 request.send(wire.encode(answer), socket.MSG_DONTWAIT)
             self.shutdown_request(request)

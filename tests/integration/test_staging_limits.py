@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.config import load_settings
+from clustermgr.config import Settings, load_settings
 from clustermgr.core.errors import ConfigError
 from clustermgr.db.database import Database
 from clustermgr.staging import client
@@ -40,6 +40,32 @@ s.connect(sys.argv[1])
 print("held", flush=True)
 time.sleep(60)
 """
+# the service in a process that then runs out of descriptors (other files took them all),
+# until told to give them back
+OUT_OF_DESCRIPTORS = """
+import os, resource, sys, time
+from pathlib import Path
+from clustermgr.config import Settings, load_settings
+from clustermgr.db.database import Database
+from clustermgr.staging.admission import open_descriptors
+from clustermgr.staging.service import StagingService
+settings = load_settings(Path(sys.argv[1]))
+StagingService(settings, Database(str(settings.database.url))).start()
+_soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+resource.setrlimit(resource.RLIMIT_NOFILE, (open_descriptors() + 40, hard))
+hog = []
+try:
+    while True:
+        hog.append(os.open("/dev/null", os.O_RDONLY))
+except OSError:
+    pass
+print("full", flush=True)
+sys.stdin.readline()
+for fd in hog:
+    os.close(fd)
+print("released", flush=True)
+time.sleep(60)
+"""
 KNOCK = """
 import socket, sys
 s = socket.socket(socket.AF_UNIX)
@@ -50,8 +76,8 @@ print(s.makefile("rb").readline().decode(), end="")
 
 
 @contextlib.contextmanager
-def service(limits: str) -> Iterator[Path]:
-    """The staging service with `limits` in its [staging] table; its socket's path."""
+def configured(limits: str) -> Iterator[Path]:
+    """A config with `limits` in its [staging] table and its database made; its path."""
     root = Path(tempfile.mkdtemp(prefix="cm-limits-"))
     try:
         root.chmod(0o755)  # `nobody` reaches the socket
@@ -69,16 +95,29 @@ def service(limits: str) -> Iterator[Path]:
             [str(BIN / "clustermgr"), "db", "upgrade"], env=env, capture_output=True, check=False
         )
         assert upgrade.returncode == 0, upgrade.stderr
-        database = Database(f"sqlite:///{root}/cm.db")
-        staging = StagingService(load_settings(config), database)
+        yield config
+    finally:
+        subprocess.run(["rm", "-rf", str(root)], check=False)
+
+
+def settings_beside(socket_path: Path) -> Settings:
+    """What a client on this host reads: the config next to the service's socket."""
+    return load_settings(socket_path.parent.parent / "clustermgr.toml")
+
+
+@contextlib.contextmanager
+def service(limits: str) -> Iterator[Path]:
+    """The staging service with `limits` in its [staging] table; its socket's path."""
+    with configured(limits) as config:
+        settings = load_settings(config)
+        database = Database(str(settings.database.url))
+        staging = StagingService(settings, database)
         staging.start()
         try:
-            yield root / "run" / "cmsub.sock"
+            yield settings.staging.socket
         finally:
             staging.stop()
             database.dispose()
-    finally:
-        subprocess.run(["rm", "-rf", str(root)], check=False)
 
 
 def connect(path: Path) -> socket.socket:
@@ -158,6 +197,22 @@ def test_a_callers_connections_past_its_cap_are_refused_at_once_and_logged_once(
             assert time.monotonic() < deadline, caplog.text
             time.sleep(0.05)
         assert answered(path)
+
+
+def test_cmsub_asks_again_while_the_service_is_busy_with_its_callers_cap() -> None:
+    limits = "max_connections_per_caller = 2\nrequest_timeout_s = 30"
+    with service(limits) as path:
+        settings = settings_beside(path)
+        idle = [connect(path), connect(path)]
+        frees = threading.Timer(1.0, idle[0].close)
+        started = time.monotonic()
+        frees.start()  # one of the caller's places frees up in a second
+        try:
+            assert client.call(settings.staging, "status", job="1") == {"transfers": []}
+        finally:
+            frees.join()
+            idle[1].close()
+        assert time.monotonic() - started > 0.9  # it was refused first, then got in
 
 
 def test_no_connection_is_admitted_into_the_descriptor_reserve(
@@ -243,3 +298,36 @@ def test_a_per_caller_cap_above_the_total_is_refused(tmp_path: Path) -> None:
     config.write_text("[staging]\nmax_connections = 8\nmax_connections_per_caller = 16\n")
     with pytest.raises(ConfigError, match=r"max_connections_per_caller \(16\) is above"):
         load_settings(config)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+
+
+def test_out_of_descriptors_the_service_lets_its_queue_wait_and_does_not_spin() -> None:
+    with configured("descriptor_reserve = 16") as config:
+        env = {**os.environ, "PYTHONPATH": str(REPO)}
+        child = subprocess.Popen(
+            [sys.executable, "-c", OUT_OF_DESCRIPTORS, str(config)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
+        try:
+            assert child.stdin is not None and child.stdout is not None
+            assert child.stdout.readline().strip() == "full"
+            path = load_settings(config).staging.socket
+            with connect(path) as waiting:  # queued: accept(2) fails with EMFILE for now
+                waiting.sendall(STATUS)
+                before = cpu_seconds(child.pid)
+                time.sleep(2)
+                assert cpu_seconds(child.pid) - before < 0.2  # no busy loop on accept
+                child.stdin.write("go\n")
+                child.stdin.flush()
+                assert child.stdout.readline().strip() == "released"
+                assert answer_of(waiting).get("ok") is True  # served once descriptors free up
+        finally:
+            child.kill()
+            child.wait(timeout=10)
