@@ -19,7 +19,7 @@ from pathlib import Path
 
 from _common import fail, median_wall, parser, wall
 
-from clustermgr.runtime.daemon import write_heartbeat
+from clustermgr.runtime.statedir import write_heartbeat
 
 CONFIG = """
 [daemon]

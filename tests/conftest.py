@@ -49,6 +49,7 @@ SHARED_GROUPS = {
         "tests/realnova/test_burst.py",
         "tests/realnova/test_glance_copy.py",  # no lab network, but the same plane
         "tests/realnova/test_multicreate.py",  # the same plane: one bring-up, not two
+        "tests/realnova/test_network_exhaustion.py",  # the same plane
     ),
     "burstlab-default-subnet": ("tests/e2e/test_local_burst.py", "tests/e2e/test_cmsub.py"),
     "munge-key-subnet": ("tests/security/test_munge_key.py",),  # 10.213.191.0/24, cm-mkprobe

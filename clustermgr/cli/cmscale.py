@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 import click
 
 from clustermgr import __version__
+from clustermgr.cli.output import echo, echo_click_error, echo_error, echo_traceback
 from clustermgr.core.errors import ClusterMgrError
-from clustermgr.core.inputs import escape_controls
 
 if TYPE_CHECKING:
     from clustermgr.runtime.statedir import StateOwners
@@ -60,7 +60,10 @@ def cm_scale(
     if not debug:  # the SDKs log every HTTP request (and APScheduler every run) at INFO
         for chatty in (*sdk_loggers(), *QUIET_LOGGERS):
             logging.getLogger(chatty).setLevel(logging.WARNING)
+    from clustermgr.db.database import DAEMON_POOL_SIZE
+
     app = AppContext(config_path=config_path, db_url=db_url, debug=debug)
+    app.pool_size = DAEMON_POOL_SIZE
     settings = app.settings()
     database = app.database()
     if serve_munge_key:
@@ -97,30 +100,33 @@ def run_once(engine: object, state_dir: Path, owners: StateOwners) -> None:
     import socket as socketlib
     from datetime import UTC, datetime
 
-    from clustermgr.runtime.daemon import write_heartbeat
     from clustermgr.runtime.leader import make_lock
+    from clustermgr.runtime.statedir import write_heartbeat
     from clustermgr.scaling.engine import Engine
 
     assert isinstance(engine, Engine)
-    lock = make_lock(engine.db.url, engine.settings.cluster.name, state_dir)
+    name = f"cm-scale@{socketlib.gethostname()}:{os.getpid()}"
+    lock = make_lock(engine.db, name, engine.settings.daemon.lease_s, state_dir)
     if not lock.try_acquire():
-        raise ClusterMgrError(f"the leader lock is held by {lock.holder()}; nothing done")
+        raise ClusterMgrError(f"the leader lease is held by {lock.holder()}; nothing done")
     try:
+        engine.db = engine.db.fenced(lock.fence)
         engine.guard = lock.still_leader
-        beat = {
-            "pid": os.getpid(),
-            "host": socketlib.gethostname(),
-            "role": "once",
-            "at": datetime.now(UTC).isoformat(),
-        }
-        write_heartbeat(state_dir, beat, owners)
-        report = engine.cycle()
-        if engine.settings.directors and lock.still_leader():
-            report.directors = run_directors_inline(engine, report.demand)
-        record_once(engine, report)
+        with lock.kept(engine.settings.daemon.heartbeat_period_s):
+            beat = {
+                "pid": os.getpid(),
+                "host": socketlib.gethostname(),
+                "role": "once",
+                "at": datetime.now(UTC).isoformat(),
+            }
+            write_heartbeat(state_dir, beat, owners)
+            report = engine.cycle()
+            if engine.settings.directors and lock.still_leader():
+                report.directors = run_directors_inline(engine, report.demand)
+            record_once(engine, report)
     finally:
         lock.release()
-    click.echo(escape_controls(report.summary()))
+    echo(report.summary())
     if report.error:
         raise SystemExit(1)
 
@@ -158,8 +164,7 @@ def record_once(engine: object, report: object) -> None:
 def run_directors_inline(engine: object, demand: frozenset[str]) -> str:
     """The director lifecycle's pass after the one cycle, its syncs run at once (there is
     no director-sync job to hand them to)."""
-    from clustermgr.runtime.daemon import director_pass
-    from clustermgr.runtime.director_sync import DirectorSync
+    from clustermgr.runtime.director_sync import DirectorSync, director_pass
     from clustermgr.scaling.engine import Engine
 
     assert isinstance(engine, Engine)
@@ -175,7 +180,7 @@ def refuse_on_mismatch(app: object) -> None:
     problems = slurm_mismatches(app)
     if problems:
         for line in problems:
-            click.echo(f"cm-scale: {line}", err=True)
+            echo(f"cm-scale: {line}", err=True)
         raise ClusterMgrError(
             f"{len(problems)} mismatch(es) between the templates and slurm.conf; fix them "
             "(`clustermgr slurm conf` prints the lines) or pass --skip-slurm-check"
@@ -202,12 +207,12 @@ def main() -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        echo_click_error(exc)
         sys.exit(exc.exit_code)
     except ClusterMgrError as exc:
         if debug:
-            raise
-        click.echo(f"cm-scale: error: {escape_controls(str(exc))}", err=True)
+            echo_traceback()
+        echo_error("cm-scale", str(exc))
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         sys.exit(130)

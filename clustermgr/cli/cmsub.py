@@ -10,12 +10,11 @@ from __future__ import annotations
 import os
 import shlex
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit, emit_json
+from clustermgr.cli.output import echo, echo_traceback, emit, emit_document, emit_json
 from clustermgr.core.errors import ClusterMgrError, UsageError
 
 USAGE = """\
@@ -37,12 +36,12 @@ def _guard(run: Callable[[], None], prog: str) -> None:
         run()
     except ClusterMgrError as exc:
         if debug:
-            traceback.print_exc()
+            echo_traceback()
         text = str(exc)
-        print(text if text.startswith(f"{prog}:") else f"{prog}: {text}", file=sys.stderr)
+        echo(text if text.startswith(f"{prog}:") else f"{prog}: {text}", err=True)
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        echo("interrupted", err=True)
         sys.exit(130)
     sys.exit(0)
 
@@ -53,7 +52,7 @@ def main() -> None:
 
 def cmsub(argv: list[str]) -> None:
     if not argv or argv[0] in ("-h", "--help"):
-        print(USAGE, end="")
+        emit_document(USAGE)
         return
     if argv[0] == "--status" or argv[0].startswith("--status="):
         _status(argv)
@@ -76,20 +75,20 @@ def cmsub(argv: list[str]) -> None:
         emit_json(row)
         return
     plan = done.plan
-    print(
+    echo(
         f"cmsub: staging {plan.estimate.files_total} files, {plan.estimate.bytes_total:,} bytes "
         f"to {plan.region.provider} ({plan.transport})"
     )
     if spec.dry_run:
         for name, argv in shown.items():
-            print(f"{name}: sbatch {' '.join(shlex.quote(a) for a in argv)}")
+            echo(f"{name}: sbatch {' '.join(shlex.quote(a) for a in argv)}")
         return
     if plan.resumes:
-        print(f"cmsub: resuming the failed stage-in of job {plan.resumes} (same data, its area)")
-    print(f"stage-in job  {done.ids.stage_in}")
-    print(f"job           {done.ids.job}")
-    print(f"stage-out job {done.ids.stage_out}")
-    print(f"status:       cmsub --status {done.ids.job}")
+        echo(f"cmsub: resuming the failed stage-in of job {plan.resumes} (same data, its area)")
+    echo(f"stage-in job  {done.ids.stage_in}")
+    echo(f"job           {done.ids.job}")
+    echo(f"stage-out job {done.ids.stage_out}")
+    echo(f"status:       cmsub --status {done.ids.job}")
 
 
 def _status(argv: list[str]) -> None:
@@ -120,7 +119,7 @@ def _status(argv: list[str]) -> None:
     if "--json" in argv:
         emit_json({"job": rows[0]["job_id"], "stage_id": rows[0]["stage_id"], "transfers": rows})
         return
-    print(f"job {rows[0]['job_id']} (stage {rows[0]['stage_id']}, {rows[0]['transport']})")
+    echo(f"job {rows[0]['job_id']} (stage {rows[0]['stage_id']}, {rows[0]['transport']})")
     emit(table, STATUS_COLUMNS, False, "Transfers")
 
 

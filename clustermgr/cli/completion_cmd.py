@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import click
 
+from clustermgr.cli.output import emit_document
+
 
 @click.command()
 @click.argument("shell", type=click.Choice(["bash", "zsh", "fish"]))
@@ -20,4 +22,4 @@ def completion(shell: str) -> None:
     if completer_class is None:  # pragma: no cover - click ships all three
         raise click.UsageError(f"no completion for {shell}")
     completer = completer_class(cli, {}, "clustermgr", "_CLUSTERMGR_COMPLETE")
-    click.echo(completer.source())
+    emit_document(completer.source() + "\n")

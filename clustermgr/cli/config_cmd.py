@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING
 import click
 
 from clustermgr.cli.context import AppContext
+from clustermgr.cli.output import echo
 
 if TYPE_CHECKING:
+    from clustermgr.config import Settings
     from clustermgr.db.models import InstanceTypeRow
 
 
@@ -24,9 +26,10 @@ def config() -> None:
 def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     """Validate the configuration and compare it with the running Slurm.
 
-    Exit 2 with one line per problem (invalid config, a template that does not match
-    slurm.conf, an instance type its provider's cached catalog does not offer); exit 1 when
-    Slurm cannot be asked. With --json the result is one object
+    Exit 2 with one line per problem (invalid config, a provider whose cloud SDK is not
+    installed, a template that does not match slurm.conf, a power-saving hook SlurmUser
+    cannot run, a missing transfer command, an instance type its provider's cached catalog
+    does not offer); exit 1 when Slurm cannot be asked. With --json the result is one object
     (`ok`, the counts, `warnings`, `slurm_problems`); an invalid config is still one line
     on stderr, exit 2.
     """
@@ -41,6 +44,7 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     load_chain(list(settings.policy.chain))  # a policy that cannot load: one line, exit 2
     resolve_owners(settings.slurm.user, settings.daemon.admin_group)  # no such account: exit 2
     check_template_images(settings)  # neither an image definition nor a machine image: exit 2
+    check_provider_sdks(settings)  # a provider whose SDK is not installed: exit 2
     path = config_path(app.config_path)
     slots = sum(len(t.node_names) for t in settings.templates)
     chain = [ref.name for ref in settings.policy.chain]
@@ -50,6 +54,7 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
 
     rows = cached_types(app)
     problems = unoffered_types(settings, offered_by_rows(rows)) + unfit_fabrics(settings, rows)
+    problems += transfer_command_problems(settings)
     problems += [] if no_slurm else slurm_mismatches(app)
     if as_json:
         emit_json(
@@ -68,19 +73,41 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
         if problems:
             raise SystemExit(2)
         return
-    click.echo(
+    echo(
         f"{path}: OK ({len(settings.providers)} providers, "
         f"{len(settings.templates)} templates, {slots} cloud node slots)"
     )
-    click.echo(f"policy chain: {', '.join(chain) or 'none'}: every policy loads with its options")
+    echo(f"policy chain: {', '.join(chain) or 'none'}: every policy loads with its options")
     for warning in warnings:
-        click.echo(warning, err=True)
+        echo(warning, err=True)
     for line in problems:
-        click.echo(line)
+        echo(line)
     if problems:
         raise SystemExit(2)
     if not no_slurm:
-        click.echo("slurm: running configuration matches the templates")
+        echo("slurm: running configuration matches the templates")
+
+
+def check_provider_sdks(settings: Settings) -> None:
+    """Each provider's package and cloud SDK import, as cm-scale's first cycle would: an
+    install without the `azure` extra fails here, naming the pip command, not in the daemon."""
+    from clustermgr.providers.registry import provider_class
+
+    for kind in sorted({provider.type for provider in settings.providers}):
+        provider_class(kind)
+
+
+def transfer_command_problems(settings: Settings) -> list[str]:
+    """cmsub's transfer jobs run `[staging] transfer_command` as the user: it must be there."""
+    import os
+
+    command = settings.staging.transfer_command
+    if not settings.staging.regions or os.access(command, os.X_OK):
+        return []
+    return [
+        f"staging: transfer_command {command} is not an executable file: set [staging] "
+        "transfer_command to this install's cmsub-transfer (the default)"
+    ]
 
 
 def slurm_mismatches(app: AppContext) -> list[str]:
@@ -103,12 +130,12 @@ def warn_slurm_mismatches(app: AppContext, what: str) -> None:
     try:
         problems = slurm_mismatches(app)
     except ClusterMgrError as exc:
-        click.echo(f"warning: {what}: slurm.conf not compared with the templates: {exc}", err=True)
+        echo(f"warning: {what}: slurm.conf not compared with the templates: {exc}", err=True)
         return
     for line in problems:
-        click.echo(f"warning: {line}", err=True)
+        echo(f"warning: {line}", err=True)
     if problems:
-        click.echo(
+        echo(
             f"warning: {what}: {len(problems)} mismatch(es) with slurm.conf; cm-scale refuses "
             "to start until they are fixed (`clustermgr config check`)",
             err=True,

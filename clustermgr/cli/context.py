@@ -16,6 +16,7 @@ class AppContext:
     config_path: str | None
     db_url: str | None
     debug: bool = False
+    pool_size: int | None = None  # cm-scale's bounded pool (db/database.py)
     _settings: Settings | None = field(default=None, repr=False)
     _db: Database | None = field(default=None, repr=False)
 
@@ -45,7 +46,7 @@ class AppContext:
             url, timeout = self._database_url(validate_config)
             if check_schema:
                 _refuse_missing_sqlite(url)
-            self._db = Database(url, timeout)
+            self._db = Database(url, timeout, self.pool_size)
         if check_schema:
             self._db.require_current_schema()
         return self._db

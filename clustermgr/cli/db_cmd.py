@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit_json
+from clustermgr.cli.output import echo, emit_json
 
 
 @click.group()
@@ -25,9 +25,9 @@ def upgrade(app: AppContext) -> None:
     database = app.database(check_schema=False)
     before, after = database.upgrade()
     if before == after:
-        click.echo(f"{redact(database.url)}: schema already at {after}")
+        echo(f"{redact(database.url)}: schema already at {after}")
     else:
-        click.echo(f"{redact(database.url)}: schema upgraded {before or 'empty'} -> {after}")
+        echo(f"{redact(database.url)}: schema upgraded {before or 'empty'} -> {after}")
 
 
 @db.command()
@@ -50,7 +50,7 @@ def current(app: AppContext, as_json: bool) -> None:
         )
         return
     status = "up to date" if revision == head else "out of date: run `clustermgr db upgrade`"
-    click.echo(f"{redact(database.url)}: {revision or 'empty'} (head {head}, {status})")
+    echo(f"{redact(database.url)}: {revision or 'empty'} (head {head}, {status})")
 
 
 @db.command()
@@ -74,4 +74,4 @@ def prune(app: AppContext, days: float | None) -> None:
     settings = app.settings()
     keep = days if days is not None else settings.database.retention_days
     pruned = prune_now(app.database(), keep, datetime.now(UTC))
-    click.echo(f"pruned, older than {keep:g} days: {pruned.summary()}")
+    echo(f"pruned, older than {keep:g} days: {pruned.summary()}")

@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit, emit_fields, emit_json, emit_table
+from clustermgr.cli.output import echo, emit, emit_fields, emit_json, emit_table
 from clustermgr.core.errors import NotFoundError
 
 LIST_COLUMNS = (
@@ -94,7 +94,7 @@ def show(app: AppContext, name: str, as_json: bool) -> None:
         )
         return
     emit_fields(detail)
-    click.echo()
+    echo()
     emit_table(events, EVENT_COLUMNS, f"Events of {name}")
     if images:
         emit_table(images, IMAGE_COLUMNS, f"Image replicas on {name}")

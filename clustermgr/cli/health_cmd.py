@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from clustermgr.cli.context import AppContext
+from clustermgr.cli.output import echo
 
 
 @click.command("health-check")
@@ -30,8 +31,8 @@ def health_check(app: AppContext, node: str | None, slurm_bin: str, node_env: st
     if not result.checked:
         return  # not a burst node: nothing to check
     if result.reported:
-        click.echo(f"{result.node}: {result.reported}")
+        echo(f"{result.node}: {result.reported}")
     if result.problems:
-        click.echo(f"{result.node}: unhealthy ({result.action}): {'; '.join(result.problems)}")
+        echo(f"{result.node}: unhealthy ({result.action}): {'; '.join(result.problems)}")
         raise SystemExit(1)
-    click.echo(f"{result.node}: healthy")
+    echo(f"{result.node}: healthy")

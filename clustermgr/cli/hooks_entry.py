@@ -27,10 +27,14 @@ def _hook(kind: str) -> None:
     try:
         record(kind, args[0], config_path(None), os.environ.get("SLURM_RESUME_FILE"))
     except ClusterMgrError as exc:
-        print(f"clustermgr: error: {exc}", file=sys.stderr)  # as `clustermgr` prints it
+        from clustermgr.core.logsafe import say
+
+        say(f"clustermgr: error: {exc}", err=True)  # as `clustermgr` prints it
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        from clustermgr.core.logsafe import say
+
+        say("interrupted", err=True)
         sys.exit(130)
     sys.exit(0)
 

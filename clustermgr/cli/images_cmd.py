@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit, emit_json
+from clustermgr.cli.output import echo, echo_error, emit, emit_document, emit_json, progress_label
 
 if TYPE_CHECKING:
     from clustermgr.config import Settings
@@ -93,12 +93,12 @@ def show(app: AppContext, name: str, as_json: bool) -> None:
     for key, value in row.items():
         if key == "base":
             for kind, base in value.items():
-                click.echo(f"base.{kind}: {' '.join(f'{k}={v}' for k, v in base.items())}")
+                echo(f"base.{kind}: {' '.join(f'{k}={v}' for k, v in base.items())}")
         elif key == "nfs_mounts":
             for mount in value:
-                click.echo(f"nfs_mount: {mount['server']}:{mount['export']} -> {mount['path']}")
+                echo(f"nfs_mount: {mount['server']}:{mount['export']} -> {mount['path']}")
         else:
-            click.echo(f"{key}: {'-' if value is None else value}")
+            echo(f"{key}: {'-' if value is None else value}")
 
 
 def _latest_revision(app: AppContext, name: str) -> str | None:
@@ -148,7 +148,7 @@ def render(
     facts = facts_for(settings, provider_type, director_address, controller_version)
     from clustermgr.imaging.definitions import render as render_image
 
-    click.echo(render_image(image, facts), nl=False)
+    emit_document(render_image(image, facts))
 
 
 @images.command()
@@ -211,7 +211,7 @@ def _result_row(result: ReplicaResult) -> dict[str, Any]:
 def _print_report(report: SyncReport) -> None:
     for revision in report.revisions:
         news = "new revision" if revision.created else "unchanged"
-        click.echo(
+        echo(
             f"image {revision.name}: {revision.version} ({news}; {revision.file_count} files, "
             f"{revision.size_bytes} bytes)"
         )
@@ -222,14 +222,14 @@ def _print_report(report: SyncReport) -> None:
             f"({share:.2f}% of the tree), {r.files_sent} files in {r.sync_seconds:.2f} s, "
             f"verified in {r.verify_seconds:.2f} s"
         )
-        click.echo(line + (" [checksum sync]" if r.checksum_sync else ""))
+        echo(line + (" [checksum sync]" if r.checksum_sync else ""))
         if r.error:
-            click.echo(f"  {r.error}")
+            echo(f"  {r.error}")
     for m in report.machine_images:
         line = f"machine image {m.image} {m.provider}/{m.region}: {m.state} {m.image_id or ''}"
-        click.echo(line.rstrip() + (f" ({m.error})" if m.error else ""))
+        echo(line.rstrip() + (f" ({m.error})" if m.error else ""))
     for error in report.errors:
-        click.echo(f"clustermgr: error: {error}", err=True)
+        echo_error("clustermgr", error)
 
 
 def _sync_with_bar(run: Any) -> SyncReport:
@@ -243,7 +243,8 @@ def _sync_with_bar(run: Any) -> SyncReport:
         def progress(update: Any) -> None:
             key = (update.image, update.director)
             if key not in tasks:
-                tasks[key] = bar.add_task(f"{update.image} -> {update.director}", total=100)
+                label = progress_label(f"{update.image} -> {update.director}")
+                tasks[key] = bar.add_task(label, total=100)
             bar.update(tasks[key], completed=update.percent)
 
         callback: ProgressCallback = progress
@@ -308,4 +309,4 @@ def push_secrets(app: AppContext, path: Path) -> None:
     target = path if path.is_absolute() else Path.cwd() / path
     password = push_auth.push_password(Path(settings.slurm.munge_key_path))
     push_auth.ensure_secrets_file(target, password, "images push-secrets:")
-    click.echo(f"wrote {target} (root 0600): the push module's `secrets file`")
+    echo(f"wrote {target} (root 0600): the push module's `secrets file`")

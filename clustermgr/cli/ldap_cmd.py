@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit, emit_json
+from clustermgr.cli.output import echo, emit, emit_json
 from clustermgr.core.errors import ConfigError
 
 
@@ -45,10 +45,10 @@ def sync(app: AppContext, director: str | None, full: bool, as_json: bool) -> No
     if as_json:
         emit_json([o.as_json() for o in outcomes])
     elif not outcomes:
-        click.echo("ldap sync: no director has an address yet")
+        echo("ldap sync: no director has an address yet")
     for outcome in outcomes:
         if not as_json:
-            click.echo(outcome.summary())
+            echo(outcome.summary())
     if any(o.state != "ok" for o in outcomes):
         raise SystemExit(1)
 

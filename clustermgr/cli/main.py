@@ -5,15 +5,14 @@ from __future__ import annotations
 import importlib
 import logging
 import sys
-import traceback
 from typing import Any
 
 import click
 
 from clustermgr import __version__
 from clustermgr.cli.context import AppContext
+from clustermgr.cli.output import echo, echo_click_error, echo_error, echo_traceback
 from clustermgr.core.errors import ClusterMgrError
-from clustermgr.core.inputs import escape_controls
 
 SUBCOMMANDS = {
     "catalog": "clustermgr.cli.providers_cmd:catalog",
@@ -83,19 +82,19 @@ def main(argv: list[str] | None = None) -> None:
     except click.exceptions.Exit as exc:
         sys.exit(exc.exit_code)
     except click.ClickException as exc:
-        exc.show()
+        echo_click_error(exc)
         sys.exit(exc.exit_code)
     except click.exceptions.Abort:
-        click.echo("aborted", err=True)
+        echo("aborted", err=True)
         sys.exit(1)
     except ClusterMgrError as exc:
         if debug:
-            traceback.print_exc()
-        click.echo(f"clustermgr: error: {escape_controls(str(exc))}", err=True)
+            echo_traceback()
+        echo_error("clustermgr", str(exc))
         sys.exit(exc.exit_code)
     except BrokenPipeError:
         sys.exit(1)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
+        echo("interrupted", err=True)
         sys.exit(130)
     sys.exit(0)

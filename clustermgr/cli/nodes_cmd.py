@@ -9,7 +9,7 @@ from typing import Any
 import click
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit, emit_fields, emit_json, emit_table
+from clustermgr.cli.output import echo, emit, emit_fields, emit_json, emit_table
 from clustermgr.core.errors import NotFoundError, UsageError
 from clustermgr.nodes.states import NodeState, power_of
 
@@ -75,17 +75,17 @@ def sync(app: AppContext, no_slurm: bool) -> None:
         slurm_nodes = slurm.nodes()  # read before the transaction: no half-written sync
     with database.session() as session:
         report = sync_nodes(session, settings, slurm_nodes)
-    click.echo(
+    echo(
         f"nodes sync: {len(report.added)} added, {len(report.restored)} restored, "
         f"{len(report.updated)} updated, {len(report.retired)} retired"
     )
     if report.still_active:
-        click.echo(
+        echo(
             f"kept (still hold an instance; retired once powered down): "
             f"{_hostlist(report.still_active)}"
         )
     if report.unmanaged_cloud:
-        click.echo(
+        echo(
             f"warning: Slurm CLOUD nodes in no template (not managed): "
             f"{_hostlist(report.unmanaged_cloud)}",
             err=True,

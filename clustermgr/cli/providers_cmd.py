@@ -7,7 +7,7 @@ from typing import Any
 import click
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit
+from clustermgr.cli.output import echo, emit
 
 
 @click.group()
@@ -49,7 +49,7 @@ def check(app: AppContext, name: str) -> None:
     if all(result.ok for result in results):
         results.extend(_offered_checks(settings, name, provider))
     for result in results:
-        click.echo(f"{'OK  ' if result.ok else 'FAIL'} {name}: {result.name}: {result.detail}")
+        echo(f"{'OK  ' if result.ok else 'FAIL'} {name}: {result.name}: {result.detail}")
     if not all(result.ok for result in results):
         raise SystemExit(1)
 
@@ -136,7 +136,7 @@ def list_templates(app: AppContext, as_json: bool) -> None:
                 now = datetime.now(UTC)
                 health = {h.template: h for h in template_health(session, settings, now)}
     except ClusterMgrError as exc:
-        click.echo(f"clustermgr: no failure counts ({exc})", err=True)
+        echo(f"clustermgr: no failure counts ({exc})", err=True)
     rows = [
         {
             "name": t.name,
@@ -196,7 +196,7 @@ def reset_template(app: AppContext, name: str) -> None:
                 message=name,
             )
         )
-    click.echo(f"{name}: failure count cleared; it may launch again at the next cycle")
+    echo(f"{name}: failure count cleared; it may launch again at the next cycle")
 
 
 @click.command()

@@ -9,6 +9,7 @@ from typing import Any
 import click
 
 from clustermgr.cli.context import AppContext
+from clustermgr.cli.output import echo, emit_grid
 
 REJECTED_SHOWN = 20
 
@@ -105,7 +106,7 @@ def simulate(
     if trace.rejected and not as_json:
         first = trace.rejected[0]
         lines = "line" if len(trace.rejected) == 1 else "lines"
-        click.echo(
+        echo(
             f"{trace_path}: {len(trace.rejected):,} {lines} rejected "
             f"(first: line {first.line}: {first.why}); --json lists the first {REJECTED_SHOWN}",
             err=True,
@@ -118,7 +119,7 @@ def simulate(
 
     def starting(strategy: Strategy) -> None:
         if sys.stderr.isatty() and not as_json:
-            click.echo(f"replaying {len(trace.jobs):,} jobs: {strategy.name} ...", err=True)
+            echo(f"replaying {len(trace.jobs):,} jobs: {strategy.name} ...", err=True)
 
     for _, outcome, took in replays(settings, trace, chosen, nodes, scale_time, starting):
         figures = outcome.figures()
@@ -160,14 +161,14 @@ def simulate(
             }
         )
         return
-    click.echo(
+    echo(
         f"{trace_path.name} ({trace.format}): {len(trace.jobs):,} jobs, "
         f"{nodes} on-prem nodes, scale-time {scale_time:g}, seed {settings.simulate.seed}"
     )
     power = settings.simulate.onprem_suspend_after_s is not None
     _table([(f, s) for f, _, s in runs], ROWS + (POWER_ROWS if power else []), captured)
     if plot_path is not None:
-        click.echo(f"plot written to {plot_path}")
+        echo(f"plot written to {plot_path}")
 
 
 ROWS: list[tuple[str, str]] = [
@@ -210,24 +211,17 @@ def _table(
     rows: list[tuple[str, str]],
     captured: dict[str, float | None],
 ) -> None:
-    from rich.console import Console
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(show_edge=False, header_style="bold")
-    table.add_column("")
-    for figures, _ in runs:
-        table.add_column(Text(figures.strategy), justify="right")  # a name, not markup
+    grid: list[list[str]] = []
     for label, key in rows:
-        table.add_row(label, *(_show(key, getattr(f, key)) for f, _ in runs))
+        grid.append([label, *(_show(key, getattr(f, key)) for f, _ in runs)])
         if key == "cost" and any(value is not None for value in captured.values()):
             shown = (captured[f.strategy] for f, _ in runs)
-            table.add_row("waste captured", *("-" if v is None else f"{v:.0%}" for v in shown))
-    table.add_row("replay time", *(f"{seconds:.1f} s" for _, seconds in runs))
-    Console(soft_wrap=False, width=max(120, Console().width)).print(table)
+            grid.append(["waste captured", *("-" if v is None else f"{v:.0%}" for v in shown)])
+    grid.append(["replay time", *(f"{seconds:.1f} s" for _, seconds in runs)])
+    emit_grid([f.strategy for f, _ in runs], grid)
     errors = [f for f, _ in runs if f.last_policy_error]
     for figures in errors:
-        click.echo(f"{figures.strategy}: last policy error: {figures.last_policy_error}", err=True)
+        echo(f"{figures.strategy}: last policy error: {figures.last_policy_error}", err=True)
 
 
 def _show(key: str, value: Any) -> str:

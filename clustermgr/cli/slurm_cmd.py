@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from clustermgr.cli.context import AppContext
+from clustermgr.cli.output import echo
 from clustermgr.core.errors import UsageError
 
 
@@ -79,7 +80,7 @@ def conf(app: AppContext, topology: Path | None, site: Path | None) -> None:
         count = _write_topology(app, topology, site)
         lines = [*lines, f"# topology.conf: {topology} ({count} switches)", PLUGIN_LINE]
     for line in lines:
-        click.echo(line)
+        echo(line)
 
 
 def _write_topology(app: AppContext, path: Path, site: Path | None) -> int:
@@ -94,7 +95,7 @@ def _write_topology(app: AppContext, path: Path, site: Path | None) -> int:
         switches = parse_site(text, str(site))
     onprem = _inventory_onprem(app)
     if onprem is None and site is None:
-        click.echo(
+        echo(
             "warning: no node database yet, so no on-prem nodes from the inventory in "
             "topology.conf: run `clustermgr nodes sync` first, or give --site-topology",
             err=True,

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit_json
+from clustermgr.cli.output import echo, emit_json
 from clustermgr.core.pricing import BillingRule
 
 if TYPE_CHECKING:
@@ -27,21 +27,25 @@ def collect_status(app: AppContext) -> dict[str, Any]:
     from sqlalchemy import func, select
 
     from clustermgr.db.models import DaemonStatus, ForeignInstance, InstanceRun, Node
+    from clustermgr.runtime.leader import db_now, describe_lease, read_lease
     from clustermgr.scaling.protection import template_health
 
     settings = app.settings()
-    stale_s = settings.daemon.heartbeat_stale_s
+    stale_s = settings.daemon.status_stale_s
     now = datetime.now(UTC)
-    with app.database().session() as session:
+    database = app.database()
+    with database.session() as session:
+        lease = read_lease(session, db_now(database))
+        holder = lease.holder if lease and lease.live else None
+        leader_id = holder.removeprefix("cm-scale@") if holder else None
         daemons = [
             {
                 "id": row.id,
                 "host": row.host,
                 "pid": row.pid,
-                "role": row.role,
-                "heartbeat_age_s": round((now - row.heartbeat_at).total_seconds(), 1),
-                "alive": row.role != "stopped"
-                and (now - row.heartbeat_at).total_seconds() <= stale_s,
+                "role": role_of(row.id, row.role, leader_id, heartbeat_age, stale_s),
+                "heartbeat_age_s": round(heartbeat_age, 1),
+                "alive": row.role != "stopped" and heartbeat_age <= stale_s,
                 "last_cycle_at": row.last_cycle_at,
                 "last_cycle_ok": row.last_cycle_ok,
                 "last_cycle": row.last_cycle_summary,
@@ -51,8 +55,11 @@ def collect_status(app: AppContext) -> dict[str, Any]:
                 "hourly_cost": row.hourly_cost,
             }
             for row in session.scalars(
-                select(DaemonStatus).order_by(DaemonStatus.heartbeat_at.desc())
+                select(DaemonStatus)
+                .where(DaemonStatus.heartbeat_at >= now - timedelta(seconds=SHOWN_FOR_S))
+                .order_by(DaemonStatus.heartbeat_at.desc())
             )
+            for heartbeat_age in [(now - row.heartbeat_at).total_seconds()]
         ]
         by_template: dict[str, dict[str, int]] = {}
         onprem = onprem_templates(settings)
@@ -100,16 +107,23 @@ def collect_status(app: AppContext) -> dict[str, Any]:
         billing_of(settings, r.provider).cost(r.hourly_price, (now - r.started_at).total_seconds())
         for r in open_runs
     )
-    # the running daemon; a `--once` run's record (role "once") says what its cycle saw, but
-    # no daemon runs for it
+    # the running daemon: the lease's live holder whose heartbeat is fresh; a `--once` run's
+    # record (role "once") says what its cycle saw, but no daemon runs for it
     leader = next((d for d in daemons if d["alive"] and d["role"] == "leader"), None)
     # demand as the last cycle saw it (a live leader's, else the newest record: a `--once`
     # run, a stopped daemon), and what the open instances cost now, whoever runs
     seen = leader or next((d for d in daemons if d["last_cycle_at"] is not None), None)
     return {
         "daemon": leader,
-        "daemons": [d for d in daemons if d["alive"] and d["role"] != "once"],
+        "daemons": [d for d in daemons if d["role"] not in ("once", "stopped")],
         "healthy": leader is not None,
+        "lease": {
+            "holder": lease.holder if lease else None,
+            "generation": lease.generation if lease else None,
+            "live": bool(lease and lease.live),
+            "expires_in_s": round(lease.expires_in_s, 1) if lease else None,
+            "said": describe_lease(lease),
+        },
         "pending_jobs": seen["pending_jobs"] if seen else None,
         "pending_gpus": seen["pending_gpus"] if seen else None,
         "pending_as_of": seen["last_cycle_at"] if seen else None,
@@ -125,6 +139,21 @@ def collect_status(app: AppContext) -> dict[str, Any]:
         "reservations": reservations,
         **({"onprem_power": power_saved(onprem, by_template)} if onprem else {}),
     }
+
+
+SHOWN_FOR_S = 86400.0  # a head silent for longer is no longer listed (its row stays)
+
+
+def role_of(
+    daemon_id: str, recorded: str, leader_id: str | None, heartbeat_age_s: float, stale_s: float
+) -> str:
+    """What a head is now: the lease says who leads (one at most), the heartbeat whether
+    a head lives; its own record only says once or stopped."""
+    if recorded in ("once", "stopped"):
+        return recorded
+    if heartbeat_age_s > stale_s:
+        return "stale"
+    return "leader" if daemon_id == leader_id else "standby"
 
 
 def reservations_in_use(session: Session, settings: Settings) -> list[dict[str, Any]]:
@@ -201,50 +230,75 @@ def status(app: AppContext, as_json: bool) -> None:
     data = collect_status(app)
     if as_json:
         emit_json(data)
-        return
+    else:
+        show(data)
+    if data["daemon"] is None:
+        raise SystemExit(NO_LIVE_LEADER)
+
+
+NO_LIVE_LEADER = 1  # the exit code monitoring reads: no head leads now
+
+
+def show(data: dict[str, Any]) -> None:
     leader = data["daemon"]
     if leader is None:
-        click.echo("cm-scale: NOT RUNNING (no live leader heartbeat)")
+        live = [d for d in data["daemons"] if d["alive"]]
+        echo(
+            f"cm-scale: NO LIVE LEADER (lease: {data['lease']['said']}; "
+            + (
+                f"{len(live)} live standby, it takes over when the lease runs out)"
+                if live
+                else "no head running)"
+            )
+        )
+        for head in data["daemons"]:
+            echo(head_line(head))
         if data["pending_as_of"] is not None:
-            click.echo(
+            echo(
                 f"pending at the last cycle ({data['pending_as_of']:%Y-%m-%d %H:%M:%S}): "
                 f"{data['pending_jobs']} jobs, {data['pending_gpus']} GPUs"
             )
     else:
-        click.echo(
+        echo(
             f"cm-scale: {leader['role']} on {leader['host']} pid {leader['pid']}, heartbeat "
             f"{leader['heartbeat_age_s']:.0f} s ago; last cycle {leader['last_cycle_at']:%H:%M:%S} "
             f"({leader['last_cycle_duration_s'] or 0:.2f} s): {leader['last_cycle']}"
             if leader["last_cycle_at"]
             else f"cm-scale: {leader['role']} on {leader['host']} pid {leader['pid']}, no cycle yet"
         )
-        for standby in data["daemons"]:
-            if standby["id"] != leader["id"]:
-                click.echo(f"standby: {standby['host']} pid {standby['pid']}")
-        click.echo(f"pending: {data['pending_jobs']} jobs, {data['pending_gpus']} GPUs")
-    click.echo(f"running: {data['instances_running']} instances, ${data['hourly_cost']:.2f}/h")
+        for head in data["daemons"]:
+            if head["id"] != leader["id"]:
+                echo(head_line(head))
+        echo(f"pending: {data['pending_jobs']} jobs, {data['pending_gpus']} GPUs")
+    echo(f"running: {data['instances_running']} instances, ${data['hourly_cost']:.2f}/h")
     for template, states in sorted(data["nodes"].items()):
         counts = ", ".join(f"{state} {count}" for state, count in sorted(states.items()))
-        click.echo(f"{template}: {counts}")
+        echo(f"{template}: {counts}")
         for what, count in sorted(data["running_images"].get(template, {}).items()):
-            click.echo(f"{template}: {count} on image {what}")
+            echo(f"{template}: {count} on image {what}")
     for template, reason in sorted(data["protected_templates"].items()):
-        click.echo(f"{template}: PROTECTED {reason}")
+        echo(f"{template}: PROTECTED {reason}")
     for template, reason in sorted(data["backing_off_templates"].items()):
-        click.echo(f"{template}: BACKING OFF {reason}")
+        echo(f"{template}: BACKING OFF {reason}")
     for found in data["foreign_instances"]:
-        click.echo(
+        echo(
             f"FOREIGN {found['provider']} {found['instance_id']} (template tag "
             f"{found['template_tag'] or '-'}, request tag {found['request_tag'] or '-'}"
             + (f", role tag {found['role_tag']}" if found["role_tag"] else "")
             + f") since {found['since']:%Y-%m-%d %H:%M:%S}: not launched by cm-scale, left alone"
         )
     for found in data["reservations"]:
-        click.echo(reservation_line(found))
+        echo(reservation_line(found))
     power = data.get("onprem_power")
     if power is not None:
         off = sum(t["powered_off"] for t in power["templates"].values())
-        click.echo(f"on-prem power: {off} nodes off, ~{power['saved_kw']:.1f} kW saved")
-    click.echo(
-        f"instances launched: {data['instances_launched']}, cost so far ${data['cost_total']:.2f}"
+        echo(f"on-prem power: {off} nodes off, ~{power['saved_kw']:.1f} kW saved")
+    echo(f"instances launched: {data['instances_launched']}, cost so far ${data['cost_total']:.2f}")
+
+
+def head_line(head: dict[str, Any]) -> str:
+    return (
+        f"{head['role']}: {head['host']} pid {head['pid']}, heartbeat "
+        f"{head['heartbeat_age_s']:.0f} s ago"
+        + (" (dead or frozen)" if head["role"] == "stale" else "")
     )

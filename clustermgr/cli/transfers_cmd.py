@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit, emit_json
+from clustermgr.cli.output import echo, emit, emit_fields, emit_json
 from clustermgr.core.errors import NotFoundError
 
 COLUMNS = (
@@ -63,6 +63,5 @@ def show(app: AppContext, transfer_or_job: str, as_json: bool) -> None:
         emit_json({"stage_id": found[0]["stage_id"], "transfers": found})
         return
     for row in found:
-        click.echo(f"[stage-{row['direction']}]")
-        for key, value in row.items():
-            click.echo(f"  {key}: {'-' if value in (None, '') else value}")
+        echo(f"[stage-{row['direction']}]")
+        emit_fields(row, indent="  ")

@@ -5,10 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from clustermgr.config.base import NAME_PATTERN, StrictModel
 from clustermgr.config.providers import Credentials
+from clustermgr.core.ldap_attrs import DEFAULT_REPLICA_ATTRIBUTES, attribute_problem
 
 
 class DirectorSettings(StrictModel):
@@ -168,6 +169,18 @@ class LdapSettings(StrictModel):
     page_size: int = Field(500, ge=1, le=100000)
     timeout_s: float = Field(10.0, gt=0)  # one connection or operation
     retries: int = Field(3, ge=1, le=20)  # attempts to reach a server before "unreachable"
+    # what reaches the replicas (both modes), objectClass always: a node's name service
+    # needs no more (docs/directors.md, "What a replica holds"); never a password attribute
+    attributes: list[str] = Field(list(DEFAULT_REPLICA_ATTRIBUTES), min_length=1, max_length=200)
+
+    @field_validator("attributes")
+    @classmethod
+    def _check_attributes(cls, names: list[str]) -> list[str]:
+        for name in names:
+            problem = attribute_problem(name)
+            if problem is not None:
+                raise ValueError(f"ldap.attributes: {problem} (remove it)")
+        return names
 
     @model_validator(mode="after")
     def _check(self) -> LdapSettings:

@@ -10,6 +10,7 @@ from pydantic import Field, field_validator, model_validator
 
 from clustermgr.config.base import NAME_PATTERN, StrictModel, slurm_conf_path, slurm_name
 from clustermgr.core.errors import ConfigError
+from clustermgr.core.install import installed_program
 
 
 class ClusterSettings(StrictModel):
@@ -37,7 +38,9 @@ class SlurmSettings(StrictModel):
     # cm-scale's TLS listener on the conf server's host: booting nodes redeem their launch's
     # one-time token there for the key (clustermgr/mungekey, docs/security.md)
     munge_key_port: int = Field(6830, ge=1, le=65535)
-    hook_path: Path = Path("/usr/local/bin/clustermgr")
+    # the `clustermgr` Slurm's ResumeProgram/SuspendProgram run; its directory also holds
+    # `clustermgr-health-check`. Default: the install reading this config (its venv's bin/)
+    hook_path: Path = Field(default_factory=lambda: installed_program("clustermgr"))
     # Slurm's SlurmUser: the hooks run as it, so it (and root) alone may write the spool
     user: str = Field("slurm", pattern=r"^[a-z_][a-z0-9_.-]*[$]?$")
 
@@ -71,7 +74,31 @@ class DaemonSettings(StrictModel):
     # a group given read access to the database and heartbeat (read-only clustermgr verbs)
     admin_group: str = Field("", pattern=r"^([a-z_][a-z0-9_.-]*[$]?)?$")
     orphan_grace_s: float = Field(300.0, ge=0)
-    heartbeat_stale_s: float = Field(120.0, gt=0)
+    heartbeat_stale_s: float = Field(120.0, gt=0)  # the hooks' bound (workload/hooks.py)
+    # the leader's lease: renewed with every heartbeat (every heartbeat_period_s); a leader
+    # that stops renewing (dead, frozen, cut off) is replaced at the first standby cycle
+    # after it runs out. `clustermgr status` calls a head stale past max(lease_s, 3 beats).
+    lease_s: float = Field(20.0, gt=0)
+
+    @property
+    def heartbeat_period_s(self) -> float:
+        return min(5.0, self.interval_s / 2)
+
+    @property
+    def status_stale_s(self) -> float:
+        """A heartbeat older than this says the head is dead or frozen."""
+        return min(self.heartbeat_stale_s, max(self.lease_s, 3 * self.heartbeat_period_s))
+
+    @model_validator(mode="after")
+    def _lease_outlives_two_beats(self) -> DaemonSettings:
+        if self.lease_s < 2 * self.heartbeat_period_s:
+            raise ValueError(
+                f"lease_s ({self.lease_s:g}) must be at least two heartbeats "
+                f"({2 * self.heartbeat_period_s:g} s: a heartbeat every min(5, interval_s / 2) "
+                "s renews the lease)"
+            )
+        return self
+
     # a running cycle with no progress (no Slurm command, cloud call or commit returned) for
     # this long stops the systemd watchdog's pings (clustermgr/runtime/watchdog.py); above every
     # single call's own timeout, so only a call hung past its timeouts counts
@@ -165,7 +192,8 @@ class StagingSettings(StrictModel):
     default_transport: Literal["rsync", "s3"] = "rsync"
     quota_bytes: int = Field(1024**4, ge=0)  # per user: staged bytes held at once
     retention_s: float = Field(0.0, ge=0)  # keep a job's staging area this long after stage-out
-    transfer_command: Path = Path("/usr/local/bin/cmsub-transfer")  # what the transfer jobs run
+    # what the transfer jobs run (on the data movers); default: this install's cmsub-transfer
+    transfer_command: Path = Field(default_factory=lambda: installed_program("cmsub-transfer"))
     s3_part_size_mb: int = Field(64, ge=5, le=5120)
     s3_workers: int = Field(8, ge=1, le=64)
     regions: list[StagingRegionSettings] = []

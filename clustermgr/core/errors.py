@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import enum
+from dataclasses import dataclass
 
 
 class ClusterMgrError(Exception):
@@ -68,6 +69,15 @@ class ErrorKind(enum.StrEnum):
     TRANSIENT = "TRANSIENT"
     INVALID = "INVALID"
     OTHER = "OTHER"
+
+
+@dataclass(frozen=True)
+class ErrorRow:
+    """One row of a provider's code table: a service's error code, its kind, and why."""
+
+    code: str
+    kind: ErrorKind
+    why: str
 
 
 class ProviderError(ClusterMgrError):

@@ -45,6 +45,7 @@ class Progress:
         self._step = "its start"
         self._step_at = clock()
         self._local = threading.local()  # .quiet: this thread's marks do not count
+        self.gate: Callable[[str], None] | None = None
 
     @contextmanager
     def running(self, activity: str) -> Iterator[None]:
@@ -67,12 +68,17 @@ class Progress:
             self._local.quiet = False
 
     def step(self, what: str) -> None:
-        """`what` begins now (and whatever came before it ended)."""
+        """`what` begins now (and whatever came before it ended). The gate, when one is
+        set, may refuse it by raising: cm-scale's lease check before every Slurm command
+        and cloud API call a cycle makes (runtime/leader.py)."""
         if getattr(self._local, "quiet", False):
             return
         with self._lock:
             self._step = what
             self._step_at = self._clock()
+        gate = self.gate
+        if gate is not None:
+            gate(what)
 
     def beat(self) -> None:
         """Something finished inside the current step."""

@@ -8,8 +8,10 @@ run against a database whose Alembic revision is not this release's head.
 from __future__ import annotations
 
 import contextlib
+import copy
 import importlib.util
 import os
+import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -25,7 +27,7 @@ from clustermgr.core.errors import ConfigError, DatabaseError, SchemaOutOfDateEr
 
 # The newest migration's revision, checked without importing Alembic so the CLI and the
 # Slurm hooks start fast. tests/integration/test_database.py keeps it equal to the head.
-SCHEMA_HEAD = "0014_node_image_revision"
+SCHEMA_HEAD = "0016_leader_lease"
 
 
 def migrations_dir() -> Path:
@@ -63,7 +65,17 @@ def redact(url: str) -> str:
         return "<unparsable database URL>"
 
 
-def make_engine(url: str, busy_timeout_s: float = 30.0) -> Engine:
+# PostgreSQL connections one cm-scale keeps at most: its pool (the cycle, the heartbeat and
+# lease renewal, the director sync, the key server and cmsub's channel each hold one at a
+# time) plus the leader's session lock. docs/reliability.md, "Connections".
+DAEMON_POOL_SIZE = 5
+DAEMON_CONNECTIONS = DAEMON_POOL_SIZE + 1
+POOL_WAIT_S = 30.0
+
+
+def make_engine(url: str, busy_timeout_s: float = 30.0, pool_size: int | None = None) -> Engine:
+    """`pool_size` bounds a PostgreSQL pool (no overflow): the daemon's; the CLI's default
+    pool opens one connection at a time."""
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -87,7 +99,12 @@ def make_engine(url: str, busy_timeout_s: float = 30.0) -> Engine:
                 "sqlite://", creator=lambda: reader(busy_timeout_s), pool_pre_ping=True
             )
         else:
-            engine = create_engine(parsed, connect_args=connect_args, pool_pre_ping=True)
+            pool: dict[str, Any] = {}
+            if pool_size is not None and parsed.get_backend_name() == "postgresql":
+                pool = {"pool_size": pool_size, "max_overflow": 0, "pool_timeout": POOL_WAIT_S}
+                # the daemon's sessions say whose they are in pg_stat_activity
+                connect_args["application_name"] = daemon_application_name()
+            engine = create_engine(parsed, connect_args=connect_args, pool_pre_ping=True, **pool)
     except (NoSuchModuleError, ImportError) as exc:
         raise ConfigError(
             f"database {redact(url)}: driver not available ({exc}); "
@@ -96,6 +113,10 @@ def make_engine(url: str, busy_timeout_s: float = 30.0) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         _sqlite_pragmas(engine, busy_timeout_s)
     return engine
+
+
+def daemon_application_name() -> str:
+    return f"cm-scale@{socket.gethostname()}:{os.getpid()}"[:63]
 
 
 def _ensure_sqlite_dir(path: Path) -> None:
@@ -153,18 +174,46 @@ def describe_db_error(url: str, exc: BaseException) -> DatabaseError:
         return DatabaseError(
             f"database {redact(url)} is read-only: check file and directory permissions"
         )
+    if any(mark in detail for mark in CONNECTIONS_USED_UP):
+        return DatabaseError(
+            f"database {redact(url)} refused the connection: its max_connections is used up "
+            f"({detail}); each cm-scale keeps up to {DAEMON_CONNECTIONS} connections and each "
+            "clustermgr command one (docs/reliability.md, Connections)"
+        )
+    if "QueuePool limit" in detail:
+        return DatabaseError(
+            f"database {redact(url)}: all {DAEMON_POOL_SIZE} of this daemon's connections "
+            f"stayed busy for {POOL_WAIT_S:.0f} s"
+        )
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return DatabaseError(f"database {redact(url)}: connection lost: {detail}")
     return DatabaseError(f"database {redact(url)}: {detail}")
 
 
-class Database:
-    """An engine plus a session factory, with every error turned into one line."""
+# PostgreSQL's words when no connection slot is left (src/backend/utils/init/postinit.c)
+CONNECTIONS_USED_UP = (
+    "too many clients already",
+    "remaining connection slots are reserved",
+)
 
-    def __init__(self, url: str, busy_timeout_s: float = 30.0):
+
+class Database:
+    """An engine plus a session factory, with every error turned into one line.
+
+    `fenced(check)` gives a view of the same engine whose every transaction runs `check`
+    just before its commit, in that transaction: the daemon's writes, checked against the
+    leader lease (runtime/leader.py), so a leader that lost it writes nothing."""
+
+    def __init__(self, url: str, busy_timeout_s: float = 30.0, pool_size: int | None = None):
         self.url = url
-        self.engine = make_engine(url, busy_timeout_s)
+        self.engine = make_engine(url, busy_timeout_s, pool_size)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
+        self._fence: Callable[[Session], None] | None = None
+
+    def fenced(self, check: Callable[[Session], None]) -> Database:
+        view = copy.copy(self)
+        view._fence = check
+        return view
 
     @contextmanager
     def session(self) -> Iterator[Session]:
@@ -172,6 +221,8 @@ class Database:
         session = self._sessions()
         try:
             yield session
+            if self._fence is not None:
+                self._fence(session)
             session.commit()
             progress_marks.beat()
         except SQLAlchemyError as exc:

@@ -8,6 +8,7 @@ from typing import Any
 from sqlalchemy import (
     JSON,
     BigInteger,
+    Boolean,
     DateTime,
     Dialect,
     Float,
@@ -416,6 +417,21 @@ class DaemonStatus(Base):
     pending_jobs: Mapped[int] = mapped_column(Integer, default=0)
     pending_gpus: Mapped[int] = mapped_column(Integer, default=0)
     hourly_cost: Mapped[float] = mapped_column(Float, default=0.0)
+
+
+class LeaderLease(Base):
+    """The one leader's lease (row id 1): who holds it, until when (seconds since the epoch
+    on the database server's clock) and its generation, which every fenced write checks in
+    its own transaction (runtime/leader.py)."""
+
+    __tablename__ = "leader_lease"
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    holder: Mapped[str | None] = mapped_column(String(128))
+    generation: Mapped[int] = mapped_column(BigInteger, default=0)
+    acquired_at: Mapped[float] = mapped_column(Float, default=0.0)
+    renewed_at: Mapped[float] = mapped_column(Float, default=0.0)
+    expires_at: Mapped[float] = mapped_column(Float, default=0.0)
+    locked: Mapped[bool] = mapped_column(Boolean, default=False)
 
 
 class LaunchRequest(Base):

@@ -2,8 +2,9 @@
 
 `[[directors]] user_data_file` is a template with `@{name}` placeholders (as images/ use),
 rendered with the director's facts (`DirectorFacts`: names, the LDAP replica's suffix, DN,
-port and password *file*, the rsync module and port, the region's subnet). A director never
-holds the munge key: burst nodes get it from cm-scale's key server (clustermgr.mungekey).
+port, password *file* and attribute allow-list (`ldap_attributes`, comma-separated), the
+rsync module and port, the region's subnet). A director never holds the munge key: burst
+nodes get it from cm-scale's key server (clustermgr.mungekey).
 Without a user_data_file, a local provider's director gets the lab director's
 `#clustermgr-director` facts (providers/local/director.py) built from [ldap] and [images],
 so the defaults work end to end (with cmsub's staging module when the provider's
@@ -20,6 +21,7 @@ from dataclasses import asdict, dataclass
 
 from clustermgr.config import DirectorSettings, Settings
 from clustermgr.core.errors import ConfigError
+from clustermgr.core.ldap_attrs import effective
 from clustermgr.directors.push_auth import PUSH_USER, push_module, secrets_path
 from clustermgr.nodes.bootstrap import AtTemplate
 from clustermgr.providers.base import DIRECTOR_MARK
@@ -42,6 +44,8 @@ class DirectorFacts:
     ldap_admin_dn: str  # the replica database's rootdn (what a pull sync writes as)
     ldap_password_file: str  # [ldap.replica]'s password file: both of its admin passwords
     ldap_port: str
+    # [ldap] attributes, comma-separated: what the replica lets clients read
+    ldap_attributes: str
     rsync_module: str  # [images] rsync_module: the images, read only (burst nodes pull)
     push_module: str  # the writable module the head syncs into (push_auth.py)
     push_user: str
@@ -56,9 +60,10 @@ class DirectorFacts:
 def director_facts(settings: Settings, spec: DirectorSettings, name: str) -> DirectorFacts:
     provider = settings.provider(spec.provider)
     ldap = settings.ldap
-    suffix = admin_dn = password_file = port = ""
+    suffix = admin_dn = password_file = port = attributes = ""
     if ldap is not None:
         suffix, port = ldap.suffix, str(ldap.replica.port)
+        attributes = ",".join(effective(ldap.attributes))
         replica_dn = ldap.replica.admin_dn
         # syncrepl writes cn=config as its admin; the database's rootdn is then the default
         is_config = replica_dn.lower().replace(" ", "").endswith(CONFIG_SUFFIX)
@@ -78,6 +83,7 @@ def director_facts(settings: Settings, spec: DirectorSettings, name: str) -> Dir
         ldap_admin_dn=admin_dn,
         ldap_password_file=password_file,
         ldap_port=port,
+        ldap_attributes=attributes,
         rsync_module=settings.images.rsync_module,
         push_module=push_module(settings.images.rsync_module),
         push_user=PUSH_USER,
@@ -145,6 +151,7 @@ def lab_director_facts(facts: DirectorFacts) -> str:
         f"suffix = {json.dumps(facts.ldap_suffix)}",
         f"admin_dn = {json.dumps(facts.ldap_admin_dn)}",
         f"password_file = {json.dumps(facts.ldap_password_file)}",
+        f"attributes = {json.dumps(facts.ldap_attributes.split(','))}",
         f"rsync_module = {json.dumps(facts.rsync_module)}",
         f"push_module = {json.dumps(facts.push_module)}",
         f"push_user = {json.dumps(facts.push_user)}",

@@ -16,7 +16,11 @@ with ldap3, for a head directory that cannot be a syncrepl provider.
   reported with its DN and the server's message while the others sync, and the watermark
   stops before it so the next run tries it again.
 
-Only user attributes are compared and written; operational ones are the servers' own.
+Only user attributes are compared and written; operational ones are the servers' own. Of
+the head's, only the allow-list (`[ldap] attributes`, never a password hash) is read, and
+anything else a replica entry holds is removed when the entry is rewritten; an
+incremental run that finds a password attribute on the replica (one synced before the
+allow-list) runs as a full one, which rewrites every entry to the allow-list.
 """
 
 from __future__ import annotations
@@ -24,11 +28,17 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ldap3 import MODIFY_DELETE, MODIFY_REPLACE, Connection  # type: ignore[import-untyped]
+from ldap3 import (  # type: ignore[import-untyped]
+    MODIFY_DELETE,
+    MODIFY_REPLACE,
+    SUBTREE,
+    Connection,
+)
 from ldap3.core.exceptions import LDAPException  # type: ignore[import-untyped]
 from ldap3.utils.conv import escape_filter_chars  # type: ignore[import-untyped]
 
 from clustermgr.config import LdapSettings
+from clustermgr.core.ldap_attrs import PASSWORD_ATTRIBUTES, effective
 from clustermgr.ldap.connection import (
     LdapError,
     LdapUnreachable,
@@ -39,7 +49,6 @@ from clustermgr.ldap.connection import (
     result_line,
 )
 
-HEAD_ATTRS = ("*", "modifyTimestamp")
 REPLICA_ATTRS = ("*", "entryCSN")
 OPERATIONAL = frozenset({"modifytimestamp", "entrycsn"})
 # result codes of a server (or connection) in trouble: the run stops, nothing per entry
@@ -80,6 +89,15 @@ class _Run:
     newest_csn: str | None = None
     last_written: str | None = None  # its entryCSN is the newest of the run's writes
 
+    @property
+    def head_attrs(self) -> tuple[str, ...]:
+        return head_attributes(self.settings)
+
+
+def head_attributes(settings: LdapSettings) -> tuple[str, ...]:
+    """What is read of the head's entries: the allow-list and the change stamp."""
+    return (*effective(settings.attributes), "modifyTimestamp")
+
 
 def key(dn: str) -> str:
     """A DN for set arithmetic: lower case, no blanks around separators."""
@@ -108,10 +126,13 @@ def sync(
     watermark: str | None,
     since_csn: str | None,
 ) -> PullReport:
-    """One pull run; full when asked or when there is no watermark yet."""
+    """One pull run; full when asked, when there is no watermark yet, or when the replica
+    holds a password attribute (synced before the allow-list: a full run removes it)."""
     full = full or watermark is None
     run = _Run(head, replica, settings, PullReport(full=full), since_csn, newest_csn=since_csn)
     try:
+        if not full and _holds_passwords(replica, settings):
+            full = run.report.full = True
         _ensure_ancestors(run)
         if full:
             _full(run)
@@ -134,7 +155,7 @@ def sync(
 
 
 def _full(run: _Run) -> None:
-    head_entries = _read_all(run.head, run.settings, HEAD_ATTRS, "read the head")
+    head_entries = _read_all(run.head, run.settings, run.head_attrs, "read the head")
     replica_entries = _read_all(run.replica, run.settings, REPLICA_ATTRS, "read the replica")
     _note_csns(run, replica_entries.values())
     run.report.watermark = _newest_stamp(head_entries.values())
@@ -150,7 +171,7 @@ def _incremental(run: _Run, watermark: str) -> None:
     changed = _read_all(
         run.head,
         settings,
-        HEAD_ATTRS,
+        run.head_attrs,
         "read the head's changes",
         f"(modifyTimestamp>={escape_filter_chars(watermark)})",
     )
@@ -171,10 +192,10 @@ def _incremental(run: _Run, watermark: str) -> None:
     wanted = dict(changed)
     # on the head, not on the replica, not changed: an earlier refusal, or deleted there
     for k in head_dns.keys() - replica_dns.keys() - changed.keys():
-        _add_if_found(run.head, head_dns[k], wanted)
+        _add_if_found(run.head, head_dns[k], run.head_attrs, wanted)
     # edited on the replica, not changed on the head: compare with the head's version
     for k in edited.keys() & head_dns.keys() - changed.keys():
-        _add_if_found(run.head, head_dns[k], wanted)
+        _add_if_found(run.head, head_dns[k], run.head_attrs, wanted)
     current: dict[str, RawEntry] = {}
     if len(wanted) > settings.page_size:  # many: one paged read beats one read each
         current = _read_all(run.replica, settings, REPLICA_ATTRS, "read the replica")
@@ -216,7 +237,9 @@ def _edited_here(run: _Run, mine: RawEntry) -> bool:
 
 def _add(replica: Connection, entry: RawEntry) -> bool:
     attributes = {
-        name: values for name, values in entry.attributes.items() if name.lower() not in OPERATIONAL
+        name: values
+        for name, values in entry.attributes.items()
+        if name.lower() not in OPERATIONAL and values  # an allow-listed name it lacks
     }
     return bool(replica.add(entry.dn, None, attributes))
 
@@ -275,7 +298,7 @@ def _ensure_ancestors(run: _Run) -> None:
             dn = ",".join(parts[len(parts) - size :])
             if read_entry(run.replica, dn, ["1.1"]) is not None:
                 continue
-            entry = read_entry(run.head, dn, HEAD_ATTRS)
+            entry = read_entry(run.head, dn, run.head_attrs)
             if entry is None:
                 raise LdapError(f"{dn} (of base {base}) is not on the head")
             if not _add(run.replica, entry):
@@ -296,6 +319,16 @@ def _read_all(
     return entries
 
 
+def _holds_passwords(replica: Connection, settings: LdapSettings) -> bool:
+    """Any entry under the bases on the replica has a password attribute."""
+    present = "".join(f"({name}=*)" for name in PASSWORD_ATTRIBUTES)
+    for base in settings.bases:
+        replica.search(base, f"(|{present})", SUBTREE, attributes=["1.1"], size_limit=1)
+        if any(item.get("type") == "searchResEntry" for item in replica.response or []):
+            return True
+    return False
+
+
 def _list_dns(conn: Connection, settings: LdapSettings, what: str) -> dict[str, str]:
     """DN key -> DN of every entry under the bases, no attributes (cheap)."""
     found: dict[str, str] = {}
@@ -305,8 +338,10 @@ def _list_dns(conn: Connection, settings: LdapSettings, what: str) -> dict[str, 
     return found
 
 
-def _add_if_found(head: Connection, dn: str, into: dict[str, RawEntry]) -> None:
-    entry = read_entry(head, dn, HEAD_ATTRS)
+def _add_if_found(
+    head: Connection, dn: str, attributes: tuple[str, ...], into: dict[str, RawEntry]
+) -> None:
+    entry = read_entry(head, dn, attributes)
     if entry is not None:
         into[key(entry.dn)] = entry
 

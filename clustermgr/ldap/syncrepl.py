@@ -21,7 +21,9 @@ clustermgr does not copy entries in this mode; OpenLDAP does. clustermgr
   files, start it), which clustermgr does not have.
 
 Only the bases are replicated: the consumer's filter keeps the bases' subtrees and their
-ancestors (so the suffix entry carries a readable contextCSN and no glue is made).
+ancestors (so the suffix entry carries a readable contextCSN and no glue is made), and
+only the allow-list of attributes (`attrs=`, `[ldap] attributes`): no password hash
+reaches the replica.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from ldap3 import MODIFY_REPLACE, Connection  # type: ignore[import-untyped]
 from ldap3.utils.conv import escape_filter_chars  # type: ignore[import-untyped]
 
 from clustermgr.config import LdapSettings
+from clustermgr.core.ldap_attrs import effective
 from clustermgr.ldap.connection import (
     Endpoint,
     LdapError,
@@ -100,6 +103,8 @@ def consumer_settings(settings: LdapSettings, head: Endpoint, password: str) -> 
         "searchbase": settings.suffix,
         "filter": filter_for(settings),
         "scope": "sub",
+        # the allow-list only: slapd asks the head for these and stores nothing else
+        "attrs": ",".join(effective(settings.attributes)),
         "type": "refreshAndPersist",
         "retry": settings.syncrepl_retry,
         "timeout": str(int(settings.timeout_s)),

@@ -8,7 +8,11 @@
   `reconcile` runs observe + reconcile only; `catalog` refreshes instance types.
   Jobs never overlap (one lock), so SIGTERM waits for the step in progress and exits:
   a plan is never left half-applied.
-- Only the leader acts. The lock is re-checked before every act step (Engine.guard).
+- Only the leader acts: it holds the lease (runtime/leader.py), renewed by the heartbeat
+  and before every act step (Engine.guard); every write of the cycle and the jobs goes
+  through the fenced database view, so a leader that lost the lease writes nothing.
+- A database fault is one line per cycle or job, never a scheduler traceback; what happens
+  to the pair (takeover, lost lease, outage, reload, config change) is a cluster event.
 - SIGHUP reloads the config; an invalid file is refused with one line and the old kept.
 - The heartbeat (file + database row) lets the hooks and `clustermgr status` see us; it
   runs on its own schedule, so a long cycle does not make the daemon look dead.
@@ -20,7 +24,6 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
@@ -28,7 +31,7 @@ import socket
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import FrameType
@@ -39,34 +42,31 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from clustermgr.config import Settings, load_settings
 from clustermgr.config.exposure import exposed_secret_files
-from clustermgr.core.errors import ClusterMgrError, ErrorKind
+from clustermgr.core.errors import ClusterMgrError, DatabaseError, ErrorKind
 from clustermgr.core.pricing import price_of
 from clustermgr.core.progress_marks import PROGRESS
-from clustermgr.db.database import Database
+from clustermgr.db.database import Database, describe_db_error
 from clustermgr.db.models import DaemonStatus, Node
-from clustermgr.directors.health import PortsAndReplicas, Syncer
-from clustermgr.directors.lifecycle import DirectorLifecycle
 from clustermgr.mungekey.server import KeyServer, start_key_server
 from clustermgr.nodes.states import ACTIVE_CLOUD_STATES
-from clustermgr.providers.base import Provider
 from clustermgr.runtime import sdnotify
-from clustermgr.runtime.director_sync import DirectorSync
-from clustermgr.runtime.leader import LeaderLock, make_lock
+from clustermgr.runtime.director_sync import DirectorSync, director_pass
+from clustermgr.runtime.leader import LeaseLostError, make_lock
 from clustermgr.runtime.metrics import Metrics, pending_gpus
+from clustermgr.runtime.pair import LEASE_LOST, RELOAD, TAKEOVER, PairLog
 from clustermgr.runtime.statedir import (
     LEADER_DIR,
     SOCKET_MODE,
     StateOwners,
-    create_private_file,
     keep_journal_open,
     prepare_state_dir,
+    write_heartbeat,
 )
 from clustermgr.runtime.watchdog import Watchdog, stall_limit_warnings
 from clustermgr.scaling.clockstep import ClockWatch, shift_timers
 from clustermgr.scaling.engine import CycleReport, Engine
-from clustermgr.staging.director import staging_demand
 from clustermgr.staging.service import start_if_configured as start_staging_service
-from clustermgr.workload.hooks import HEARTBEAT_FILE, SOCKET
+from clustermgr.workload.hooks import SOCKET
 
 log = logging.getLogger("cm-scale")
 DIRECTOR_SYNC_POLL_S = 10.0
@@ -82,8 +82,10 @@ class Daemon:
         self.db = database
         self.status_id = f"{socket.gethostname()}:{os.getpid()}"
         self.actor = f"cm-scale@{self.status_id}"
-        self.engine = Engine(settings, database, actor=self.actor)
-        self.lock: LeaderLock = make_lock(database.url, settings.cluster.name, self.state_dir)
+        self.lock = make_lock(database, self.actor, settings.daemon.lease_s, self.state_dir)
+        self.fenced_db = database.fenced(self.lock.fence)  # every write the leader makes
+        self.pair = PairLog(database, self.actor)
+        self.engine = Engine(settings, self.fenced_db, actor=self.actor)
         self.metrics = Metrics()
         self.metrics_port: int | None = None
         self.key_server: KeyServer | None = None  # the munge key to booting nodes
@@ -95,7 +97,7 @@ class Daemon:
         self.current_hourly_cost = 0.0  # set once per cycle, read by the heartbeat
         self.standby_until = 0.0  # after losing leadership, let a standby take over
         self.scheduler = BackgroundScheduler(timezone=UTC)
-        self.director_sync = DirectorSync(settings, database, wake=self._wake_director_sync)
+        self.director_sync = DirectorSync(settings, self.fenced_db, wake=self._wake_director_sync)
         self.director_sync.images = self.engine.images
         self.last_scheduled_sync = 0.0  # time.monotonic() of the last full director sync
         self.clock = ClockWatch()
@@ -103,7 +105,10 @@ class Daemon:
         self.watchdog = Watchdog.for_systemd(settings.daemon.stall_timeout_s)
         self.beat_lock = threading.Lock()  # the heartbeat job and a cycle's end share a file
         self.owners: StateOwners | None = None  # set by run(), which makes the layout
-        self.standby_reported = False  # "another holds the lock" is said once per standby
+        self.standby_reported = False  # "another holds the lease" is said once per standby
+        self.role_lock = threading.Lock()  # the heartbeat and a cycle may both see a loss
+        self.acting = False  # a cycle's engine runs: its Slurm and cloud calls are gated
+        PROGRESS.gate = self._gate
 
     @property
     def state_dir(self) -> Path:
@@ -138,6 +143,7 @@ class Daemon:
         self.watchdog.start()
         self.heartbeat()
         log.info("cm-scale started (pid %d, %s)", os.getpid(), self.status_id)
+        self.pair.config_seen(self.config_path, "configuration at start")
         for warning in exposed_secret_files(self.settings, self.config_path):
             log.warning("%s", warning.removeprefix("warning: "))
         for warning in stall_limit_warnings(self.settings):
@@ -224,10 +230,11 @@ class Daemon:
     def reload(self) -> None:
         try:
             settings = load_settings(self.config_path)
-            engine = Engine(settings, self.db, actor=self.actor)
+            engine = Engine(settings, self.fenced_db, actor=self.actor)
         except ClusterMgrError as exc:
             log.error("reload refused, keeping the running config: %s", exc)
             sdnotify.status(f"reload refused: {exc}")
+            self.pair.record(RELOAD, f"reload refused, the running config kept: {exc}")
             return
         with PROGRESS.running("the reload"), self.work_lock:
             self.settings = settings
@@ -237,6 +244,8 @@ class Daemon:
             self.watchdog.stall_limit_s = settings.daemon.stall_timeout_s
             self._schedule()
         log.info("configuration reloaded from %s", self.config_path)
+        self.pair.record(RELOAD, f"configuration reloaded from {self.config_path}")
+        self.pair.config_seen(self.config_path, "configuration reloaded")
 
     def _listen_for_pokes(self) -> None:
         """The hooks' wake-up socket: root:<SlurmUser's group> 0660 (made in the root-only
@@ -285,30 +294,82 @@ class Daemon:
     def _lead(self) -> bool:
         was = self.role
         if was == "leader" and not self.lock.still_leader():
-            # our lock (or its database session) is gone: step back for a few cycles so a
-            # standby takes over instead of both racing for the lock
-            self.standby_until = time.monotonic() + 3 * self.settings.daemon.interval_s
-            log.warning("lost the leader lock; standing by")
+            self._lost_lease()
         if time.monotonic() < self.standby_until:
             self.role = "standby"
         elif self.lock.try_acquire():
             self.role = "leader"
             self.standby_reported = False
+            if was != "leader":
+                self._took_lease()
         else:
             self.role = "standby"
-            if not self.standby_reported:
+            if self.lock.unreachable is not None:
+                self.pair.database_fault(self.lock.unreachable)
+            elif not self.standby_reported:
                 self.standby_reported = True
-                log.warning("standing by: the leader lock is held by %s", self.lock.holder())
+                log.warning("standing by: the leader lease is held by %s", self.lock.holder())
+        if self.lock.unreachable is None:
+            self.pair.database_reached()
         if self.role != was:
             log.info("now %s", self.role)
         self.metrics.leader.set(1 if self.role == "leader" else 0)
         return self.role == "leader"
 
+    def _took_lease(self) -> None:
+        before = self.lock.took_from
+        if before is not None and before.holder and before.holder != self.actor:
+            how = (
+                "ran out" if before.expires_in_s <= 0 else "was freed (its holder's session ended)"
+            )
+            message = (
+                f"took the leader lease (generation {self.lock.generation}) from "
+                f"{before.holder}, whose lease {how}"
+            )
+        else:
+            message = f"took the leader lease (generation {self.lock.generation})"
+        log.warning("%s", message)
+        self.pair.record(TAKEOVER, message)
+
+    def _lost_lease(self) -> None:
+        """The lease is not ours any more (taken over, run out, database away): stand by
+        for a few cycles, so a standby takes over instead of both racing for it."""
+        with self.role_lock:
+            if self.role != "leader":
+                return
+            self.role = "standby"
+            self.standby_until = time.monotonic() + 3 * self.settings.daemon.interval_s
+        message = f"lost the leader lease: {self.lock.lost_why}; standing by"
+        log.warning("%s", message)
+        if self.lock.unreachable is not None:
+            self.pair.database_fault(self.lock.unreachable)
+        else:
+            self.pair.record(LEASE_LOST, message)
+
     def scale_job(self) -> None:
-        self._run_cycle(decide=True)
+        self._one_line(lambda: self._run_cycle(decide=True), "cycle")
 
     def reconcile_job(self) -> None:
-        self._run_cycle(decide=False)
+        self._one_line(lambda: self._run_cycle(decide=False), "reconcile")
+
+    def _one_line(self, job: Callable[[], None], what: str) -> None:
+        """A job that meets a database fault (or any error of ours) says it in one line,
+        never in a scheduler traceback; the database's first fault of an outage is the one
+        said by every job after the cycle."""
+        try:
+            job()
+        except LeaseLostError as exc:  # the fence refused a write: the guard says so next
+            log.error("%s failed: %s", what, exc)
+        except DatabaseError as exc:
+            self._database_fault(what, str(exc))
+        except SQLAlchemyError as exc:
+            self._database_fault(what, str(describe_db_error(self.db.url, exc)))
+        except ClusterMgrError as exc:
+            log.error("%s failed: %s", what, exc)
+
+    def _database_fault(self, what: str, line: str) -> None:
+        if self.pair.database_fault(line) or what in ("cycle", "reconcile"):
+            log.error("%s failed: %s", what, line)
 
     def _run_cycle(self, decide: bool) -> None:
         if self.stop_event.is_set():
@@ -318,15 +379,23 @@ class Daemon:
             self._follow_clock_step()  # before any timer is judged
             if not self._lead():
                 return
-            self.engine.guard = self.lock.still_leader
-            report = self.engine.cycle(decide=decide)
-            if decide and self.settings.directors and self.lock.still_leader():
+            self.engine.guard = self._still_leader
+            self.acting = True
+            try:
+                report = self.engine.cycle(decide=decide)
+            finally:
+                self.acting = False
+            if decide and self.settings.directors and self._still_leader():
                 PROGRESS.step("the director pass")
                 report.directors = self.run_directors(report)
             PROGRESS.step("the cycle's metrics")
             self.last_report = report
             self.metrics.observe_cycle(report)
-            self._observe_nodes()
+            try:
+                self._observe_nodes()
+            except DatabaseError:
+                if report.error is None:
+                    raise  # else the cycle's line said it
             log.info(
                 "%s: %s (%.2f s)",
                 "cycle" if decide else "reconcile",
@@ -335,6 +404,23 @@ class Daemon:
             )
             sdnotify.status(f"{self.role}: {report.summary()}")
         self.heartbeat()
+
+    def _still_leader(self) -> bool:
+        """The guard before every act step and every launch: the lease renewed, one round
+        trip; a loss is said and recorded at once."""
+        if self.role == "leader" and self.lock.still_leader():
+            return True
+        self._lost_lease()
+        return False
+
+    def _gate(self, what: str) -> None:
+        """Before each Slurm command and cloud call of a cycle (progress marks): refused
+        once the lease may have run out, by this process's clock, with no round trip: a
+        leader frozen mid-launch sends nothing after it wakes."""
+        if self.acting and not self.lock.valid_locally():
+            raise LeaseLostError(
+                f"{what} not done: the leader lease of {self.actor} ran out or was lost"
+            )
 
     def _follow_clock_step(self, move_timers: bool = True) -> None:
         """On a step of the wall clock (scaling/clockstep.py) the scheduler, which plans by
@@ -347,7 +433,7 @@ class Daemon:
             self._schedule()
         if not self.unshifted_step_s or not move_timers:
             return
-        if self.role != "leader" or not self.lock.still_leader():
+        if self.role != "leader" or not self._still_leader():
             log.warning(
                 "the wall clock stepped by %.0f s; standing by, the leader moves the timers",
                 self.unshifted_step_s,
@@ -355,7 +441,7 @@ class Daemon:
             self.unshifted_step_s = 0.0
             return
         try:
-            report = shift_timers(self.db, self.settings, self.unshifted_step_s)
+            report = shift_timers(self.fenced_db, self.settings, self.unshifted_step_s)
         except (ClusterMgrError, SQLAlchemyError) as exc:
             log.error("the wall clock stepped; timers not moved yet, will retry: %s", exc)
             return
@@ -368,7 +454,7 @@ class Daemon:
         the syncs it asks for run in the director-sync job."""
         return director_pass(
             self.settings,
-            self.db,
+            self.fenced_db,
             self.engine.provider,
             [self.director_sync],
             report.demand,
@@ -381,10 +467,13 @@ class Daemon:
             job.modify(next_run_time=datetime.now(UTC))
 
     def director_sync_job(self) -> None:
+        self._one_line(self._director_sync, "director sync")
+
+    def _director_sync(self) -> None:
         """The syncs the lifecycle queued and the machine-image uploads cycles requested,
         then, every [images] sync_interval_s, the syncs of every serving director. Leader
         only; never under the scale lock."""
-        if self.stop_event.is_set() or self.role != "leader" or not self.lock.still_leader():
+        if self.stop_event.is_set() or self.role != "leader" or not self._still_leader():
             return
         with PROGRESS.quiet():  # a long rsync is not the cycle's progress, nor its stall
             lines = self.director_sync.run_queued()
@@ -396,6 +485,9 @@ class Daemon:
             log.info("director sync: %s", line)
 
     def catalog_job(self) -> None:
+        self._one_line(self._catalog, "catalog refresh")
+
+    def _catalog(self) -> None:
         from clustermgr.providers.catalog import store_catalog
         from clustermgr.providers.reservations import refresh_reservations
 
@@ -407,14 +499,17 @@ class Daemon:
                 try:
                     provider = self.engine.provider(name)
                     types = provider.catalog()
-                    with self.db.session() as session:
+                    with self.fenced_db.session() as session:
                         store_catalog(session, self.settings, name, types)
-                    with self.db.session() as session:  # the catalog is kept if this fails
+                    with self.fenced_db.session() as session:  # kept if this fails
                         refresh_reservations(session, self.settings, name, provider)
                 except ClusterMgrError as exc:
                     log.warning("catalog refresh of %s failed: %s", name, exc)
 
     def prune_job(self) -> None:
+        self._one_line(self._prune, "database prune")
+
+    def _prune(self) -> None:
         from clustermgr.db.retention import prune
 
         with PROGRESS.running("database prune"), self.work_lock:
@@ -422,7 +517,7 @@ class Daemon:
                 return
             days = self.settings.database.retention_days
             try:
-                pruned = prune(self.db, days, datetime.now(UTC))
+                pruned = prune(self.fenced_db, days, datetime.now(UTC))
             except ClusterMgrError as exc:
                 log.warning("database prune failed: %s", exc)
                 return
@@ -460,7 +555,9 @@ class Daemon:
         """The heartbeat job (and the end of every cycle): the file the hooks read and the
         row `clustermgr status` reads, each naming a stall while one holds the watchdog."""
         with PROGRESS.quiet(), self.beat_lock:  # its commit is not the cycle's progress
-            self._beat()
+            if self.role == "leader" and not self.lock.still_leader():  # the renewal
+                self._lost_lease()
+            self._one_line(self._beat, "heartbeat")
 
     def _beat(self) -> None:
         now = datetime.now(UTC)
@@ -499,55 +596,7 @@ class Daemon:
                 row.hourly_cost = self.current_hourly_cost
                 session.add(row)
         except ClusterMgrError as exc:
-            log.warning("heartbeat not recorded in the database: %s", exc)
-
-
-def director_pass(
-    settings: Settings,
-    database: Database,
-    provider_of: Callable[[str], Provider],
-    syncers: Sequence[Syncer],
-    demand: Collection[str],
-    actor: str,
-) -> str:
-    """One pass of the director lifecycle with the default health check (what cm-scale and
-    `cm-scale --once` run after a cycle); its summary."""
-    lifecycle = DirectorLifecycle(
-        settings,
-        database,
-        provider_of,
-        PortsAndReplicas(settings, database),
-        syncers=syncers,
-        actor=actor,
-    )
-    try:
-        done = lifecycle.run({*demand, *staging_demand(settings, database)})
-    except ClusterMgrError as exc:
-        log.warning("director pass failed: %s", exc)
-        return f"failed: {exc}"
-    for line in done.moves + done.errors:
-        log.info("director %s", line)
-    return done.summary()
-
-
-def write_heartbeat(
-    state_dir: Path, beat: dict[str, object], owners: StateOwners | None = None
-) -> None:
-    """The heartbeat file: root's, group-readable by the admins (statedir.py); the hooks
-    only stat it for its age."""
-    path = state_dir / HEARTBEAT_FILE
-    partial = state_dir / f".{HEARTBEAT_FILE}.tmp"
-    gid, mode = (owners.reader_gid, owners.reader_mode) if owners else (0, 0o600)
-    partial.unlink(missing_ok=True)
-    fd = create_private_file(partial, gid, mode)
-    with os.fdopen(fd, "w") as handle:
-        handle.write(json.dumps(beat))
-    os.replace(partial, path)
-
-
-def heartbeat_age(state_dir: Path) -> float | None:
-    """Seconds since the last heartbeat, or None when there is none."""
-    try:
-        return time.time() - (state_dir / HEARTBEAT_FILE).stat().st_mtime
-    except OSError:
-        return None
+            if self.pair.database_fault(str(exc)):
+                log.warning("heartbeat not recorded in the database: %s", exc)
+            return
+        self.pair.database_reached()

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -34,8 +34,11 @@ from clustermgr.core.errors import ClusterMgrError
 from clustermgr.core.inputs import usable_address
 from clustermgr.db.database import Database
 from clustermgr.db.models import Director
-from clustermgr.directors.health import DirectorInfo
+from clustermgr.directors.health import DirectorInfo, PortsAndReplicas, Syncer
+from clustermgr.directors.lifecycle import DirectorLifecycle
 from clustermgr.imaging import machine_images, replication
+from clustermgr.providers.base import Provider
+from clustermgr.staging.director import staging_demand
 
 if TYPE_CHECKING:
     from clustermgr.imaging.definitions import LoadedImage
@@ -214,3 +217,31 @@ class DirectorSync:
             done.add(f"ldap {target.name}: {exc}", ok=False)
             return
         done.add(f"ldap {outcome.summary()}", ok=outcome.state == "ok")
+
+
+def director_pass(
+    settings: Settings,
+    database: Database,
+    provider_of: Callable[[str], Provider],
+    syncers: Sequence[Syncer],
+    demand: Collection[str],
+    actor: str,
+) -> str:
+    """One pass of the director lifecycle with the default health check (what cm-scale and
+    `cm-scale --once` run after a cycle); its summary."""
+    lifecycle = DirectorLifecycle(
+        settings,
+        database,
+        provider_of,
+        PortsAndReplicas(settings, database),
+        syncers=syncers,
+        actor=actor,
+    )
+    try:
+        done = lifecycle.run({*demand, *staging_demand(settings, database)})
+    except ClusterMgrError as exc:
+        log.warning("director pass failed: %s", exc)
+        return f"failed: {exc}"
+    for line in done.moves + done.errors:
+        log.info("director %s", line)
+    return done.summary()

@@ -6,7 +6,7 @@
       spool/                   root:SLURM 0730  SlurmUser adds requests; nobody else enters
       cm-scale.sock            root:SLURM 0660  SlurmUser pokes the daemon
       leader/                  root:root  0700
-        cm-scale.lock          root:root  0600  the SQLite leader lock
+        cm-scale.lock          root:root  0600  the SQLite leader lease's session lock
 
 SLURM is SlurmUser's primary group, ADMIN the group `[daemon] admin_group` names. Run as
 anyone but root (a developer's own state directory), the modes are set but owners are not.
@@ -16,14 +16,17 @@ docs/security.md (section state) is the model behind it.
 from __future__ import annotations
 
 import grp
+import json
 import os
 import pwd
 import sqlite3
 import stat
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
 from clustermgr.core.errors import ConfigError
+from clustermgr.workload.hooks import HEARTBEAT_FILE
 
 STATE_DIR_MODE = 0o711
 SPOOL_MODE = 0o730
@@ -182,3 +185,26 @@ def keep_journal_open(db_url: str) -> sqlite3.Connection | None:
     keeper = sqlite3.connect(str(url.database), check_same_thread=False)
     keeper.execute("SELECT count(*) FROM sqlite_master").fetchone()
     return keeper
+
+
+def write_heartbeat(
+    state_dir: Path, beat: dict[str, object], owners: StateOwners | None = None
+) -> None:
+    """The heartbeat file: root's, group-readable by the admins (statedir.py); the hooks
+    only stat it for its age."""
+    path = state_dir / HEARTBEAT_FILE
+    partial = state_dir / f".{HEARTBEAT_FILE}.tmp"
+    gid, mode = (owners.reader_gid, owners.reader_mode) if owners else (0, 0o600)
+    partial.unlink(missing_ok=True)
+    fd = create_private_file(partial, gid, mode)
+    with os.fdopen(fd, "w") as handle:
+        handle.write(json.dumps(beat))
+    os.replace(partial, path)
+
+
+def heartbeat_age(state_dir: Path) -> float | None:
+    """Seconds since the last heartbeat, or None when there is none."""
+    try:
+        return time.time() - (state_dir / HEARTBEAT_FILE).stat().st_mtime
+    except OSError:
+        return None

@@ -1,5 +1,6 @@
 """cmsub's and the transfer step's side of the staging channel (clustermgr.staging.service):
-the UNIX socket when this host has it (the head), else TCP with a MUNGE credential.
+the UNIX socket when this host has it (the head), else the TCP door: TLS, the service's
+MUNGE proof checked, then the request with the caller's MUNGE credential (channel.py).
 
 A full listen queue on the socket is waited out, for CONNECT_PATIENCE_S at most: each
 attempt waits in the kernel for a free place (SO_SNDTIMEO bounds a blocking AF_UNIX
@@ -17,7 +18,7 @@ from typing import Any
 
 from clustermgr.config import StagingSettings
 from clustermgr.core.errors import StagingError
-from clustermgr.staging import wire
+from clustermgr.staging import channel, wire
 from clustermgr.staging.wire import Refused
 
 TIMEOUT_S = 120.0
@@ -54,13 +55,9 @@ def _exchange(staging: StagingSettings, body: bytes, give_up: float) -> dict[str
                 connect_waiting(sock, path, max(0.1, give_up - time.monotonic()))
                 sock.settimeout(TIMEOUT_S)
                 sock.sendall(body)
-                line = _read_line(sock)
+                line = channel.read_line(sock)
         elif staging.service:
-            credential = wire.make_credential(body)  # each attempt its own: one use each
-            host, _, port = staging.service.rpartition(":")
-            with socket.create_connection((host, int(port)), timeout=TIMEOUT_S) as sock:
-                sock.sendall(credential + body)
-                line = _read_line(sock)
+            line = channel.call(staging.service, body, staging.credential_max_age_s, TIMEOUT_S)
         else:
             raise StagingError(
                 f"the staging service is not reachable: no socket at {path} and no "
@@ -100,17 +97,3 @@ def connect_waiting(
         time.sleep(pause * random.uniform(0.5, 1.0))  # noqa: S311 (spreading, not secrets)
         pause = min(pause * 2, 0.5)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, _TIMEVAL.pack(0, 0))
-
-
-def _read_line(sock: socket.socket) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        chunk = sock.recv(65536)
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-        if chunk.endswith(b"\n") or size > wire.MAX_LINE:
-            break
-    return b"".join(chunks)

@@ -6,6 +6,9 @@ import sys
 import time
 from typing import Protocol
 
+from clustermgr.core.inputs import escape_controls
+from clustermgr.core.logsafe import say
+
 
 class Progress(Protocol):
     def begin(self, label: str, total_bytes: int) -> None: ...
@@ -40,16 +43,16 @@ class PlainLines:
     def begin(self, label: str, total_bytes: int) -> None:
         self.label, self.total, self.done = label, total_bytes, 0
         self.last = time.monotonic()
-        print(f"cmsub: {label}: {total_bytes:,} bytes", flush=True)
+        say(f"cmsub: {label}: {total_bytes:,} bytes", flush=True)
 
     def advance(self, nbytes: int) -> None:
         self.done += nbytes
         if time.monotonic() - self.last >= self.every_s:
             self.last = time.monotonic()
-            print(f"cmsub: {self.label}: {self.done:,} of {self.total:,} bytes", flush=True)
+            say(f"cmsub: {self.label}: {self.done:,} of {self.total:,} bytes", flush=True)
 
     def note(self, line: str) -> None:
-        print(f"cmsub: {line}", flush=True)
+        say(f"cmsub: {line}", flush=True)
 
     def end(self) -> None:
         return None
@@ -70,15 +73,20 @@ class Bar:
         self.task: int | None = None
 
     def begin(self, label: str, total_bytes: int) -> None:
+        from rich.markup import escape
+
         self.rich.start()
-        self.task = self.rich.add_task(label, total=total_bytes)
+        # rich reads a description as markup: a file name is text
+        self.task = self.rich.add_task(escape(escape_controls(label)), total=total_bytes)
 
     def advance(self, nbytes: int) -> None:
         if self.task is not None:
             self.rich.advance(self.task, nbytes)  # type: ignore[arg-type]
 
     def note(self, line: str) -> None:
-        self.rich.console.print(f"cmsub: {line}")
+        from rich.text import Text
+
+        self.rich.console.print(Text(escape_controls(f"cmsub: {line}")))
 
     def end(self) -> None:
         self.rich.stop()

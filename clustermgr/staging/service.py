@@ -3,8 +3,11 @@
 It runs as threads of cm-scale (root, the database's owner). Two doors, one answer each:
 - a UNIX stream socket on the head (`[staging] socket`, mode 0666: anyone may knock, and
   the kernel's SO_PEERCRED, not the client, says who knocked);
-- optionally TCP (`[staging] listen`) for data movers and burst nodes, each request
-  carrying a MUNGE credential bound to its body (clustermgr.staging.wire).
+- optionally TCP (`[staging] listen`) for data movers and burst nodes: TLS with the munge
+  key server's identity, proved to the client by a root MUNGE credential
+  (clustermgr.staging.channel), then each request carrying a MUNGE credential bound to
+  its body (clustermgr.staging.wire). A plain TCP client gets no answer.
+Who may hold a connection, and for how long: clustermgr.staging.admission.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ import logging
 import os
 import socket
 import socketserver
+import ssl
 import stat
 import struct
 import threading
@@ -25,7 +29,7 @@ from typing import Any
 from clustermgr.config import Settings
 from clustermgr.core.errors import ClusterMgrError
 from clustermgr.db.database import Database
-from clustermgr.staging import wire
+from clustermgr.staging import channel, wire
 from clustermgr.staging.admission import Gate, Limits
 from clustermgr.staging.ledger import Ledger
 from clustermgr.staging.wire import Caller, Refused
@@ -129,6 +133,8 @@ class _Handler(socketserver.BaseRequestHandler):
         if isinstance(self.server, _UnixServer):
             body = reader.readline(wire.MAX_LINE + 1)
             return service.answer(peer_of(self.request), wire.decode(body, "request"))
+        self.request.settimeout(timeout_s)
+        self.request.sendall(channel.proof(self.server.certificate))
         credential = reader.readline(CREDENTIAL_LINE)
         body = reader.readline(wire.MAX_LINE + 1)
         caller = wire.check_credential(credential.strip(), body, service.max_age_s)
@@ -157,6 +163,9 @@ class _GatedServer(socketserver.ThreadingMixIn, socketserver.BaseServer):
             self.shutdown_request(request)
             return
         refusal = self.gate.admit(caller)
+        if refusal is not None and request.family != socket.AF_UNIX:
+            self.shutdown_request(request)  # the TCP door speaks TLS only: just closed
+            return
         if refusal is not None:
             answer = {
                 "ok": False,
@@ -200,12 +209,27 @@ class _TcpServer(_GatedServer, socketserver.TCPServer):
     def __init__(self, address: tuple[str, int], service: StagingService) -> None:
         self.service = service
         self.gate = service.gate
+        self.tls, self.certificate = service.tls
         self.request_queue_size = service.gate.limits.backlog
         super().__init__(address, _Handler)
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        """The handshake in the request's own thread (a slow client holds only it)."""
+        request.settimeout(self.gate.limits.request_timeout_s)
+        try:
+            tls = self.tls.wrap_socket(request, server_side=True)
+        except (OSError, ValueError) as exc:
+            self.gate.dropped(client_address, f"no TLS ({exc})")
+            return
+        try:
+            super().finish_request(tls, client_address)
+        finally:
+            tls.close()
 
 
 class StagingService:
     def __init__(self, settings: Settings, database: Database) -> None:
+        self.settings = settings
         self.ledger = Ledger(settings, database)
         self.socket_path = Path(settings.staging.socket)
         self.listen = settings.staging.listen
@@ -214,6 +238,7 @@ class StagingService:
         self._servers: list[socketserver.BaseServer] = []
         self._threads: list[threading.Thread] = []
         self.tcp_port = 0
+        self.tls: tuple[ssl.SSLContext, bytes]  # the TCP door's, set when it opens
 
     def answer(self, caller: Caller, request: dict[str, Any]) -> dict[str, Any]:
         result = self.ledger.handle(caller, request)
@@ -228,6 +253,7 @@ class StagingService:
         os.chmod(self.socket_path, 0o666)  # noqa: S103 (the kernel says who connects)
         self._serve(unix, "staging-socket")
         if self.listen:
+            self.tls = channel.server_context(self.settings)
             host, _, port = self.listen.rpartition(":")
             tcp = _TcpServer((host, int(port)), self)
             self.tcp_port = tcp.server_address[1]
@@ -235,7 +261,7 @@ class StagingService:
         log.info(
             "staging service on %s%s",
             self.socket_path,
-            f" and tcp {self.listen} (MUNGE)" if self.listen else "",
+            f" and tcp {self.listen} (TLS, MUNGE)" if self.listen else "",
         )
 
     def _serve(self, server: socketserver.BaseServer, name: str) -> None:

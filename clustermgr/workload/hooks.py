@@ -17,7 +17,6 @@ import errno
 import json
 import os
 import stat
-import sys
 import time
 import tomllib
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
@@ -129,7 +128,9 @@ def _resume_item(item: object, nodes: Collection[str] | None) -> tuple[str, tupl
 
 
 def _to_stderr(message: str) -> None:
-    print(f"clustermgr: warning: {message}", file=sys.stderr)
+    from clustermgr.core.logsafe import say  # only when there is a warning: a hook's budget
+
+    say(f"clustermgr: warning: {message}", err=True)
 
 
 def record(

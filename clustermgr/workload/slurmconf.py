@@ -13,6 +13,7 @@ from clustermgr.core.hostlists import compress
 from clustermgr.core.inputs import has_control
 from clustermgr.db.models import InstanceTypeRow
 from clustermgr.workload.base import WorkloadNode
+from clustermgr.workload.runnable import why_not_runnable
 
 HOOKS = {
     "ResumeProgram": "clustermgr-slurm-resume",
@@ -182,7 +183,7 @@ def check_against_slurm(
     if "enable_configless" not in config.get("SlurmctldParameters", ""):
         problems.append("slurm: SlurmctldParameters lacks enable_configless")
     if settings.templates:
-        problems.extend(_check_hooks(config))
+        problems.extend(_check_hooks(config, slurm_user(settings, config)))
         problems.extend(_check_resume_timeout(settings, config))
     for template in settings.templates:
         problems.extend(
@@ -191,18 +192,39 @@ def check_against_slurm(
     return problems
 
 
-def _check_hooks(config: Mapping[str, str]) -> list[str]:
-    """Slurm's power-saving programs must be ours (or a wrapper that runs ours)."""
+def slurm_user(settings: Settings, config: Mapping[str, str]) -> str:
+    """The account slurmctld runs its hooks as: its SlurmUser (`slurm(64030)`), else ours."""
+    running = config.get("SlurmUser", "").split("(", 1)[0].strip()
+    return running or settings.slurm.user
+
+
+def _check_hooks(config: Mapping[str, str], user: str) -> list[str]:
+    """Slurm's power-saving programs must be ours (or a wrapper that runs ours), and SlurmUser
+    must be able to run them: slurmctld disables power saving altogether otherwise, and
+    every burst job then waits in CONFIGURING."""
     problems = []
     for key, program in HOOKS.items():
         configured = config.get(key, "").split(" ", 1)[0]
         if configured in ("", "(null)"):
             problems.append(f"slurm: {key} is not set: set {key}=/path/to/{program}")
+            continue
+        why = why_not_runnable(Path(configured), user)
+        if why is not None:
+            problems.append(
+                f"slurm: {key}: {why}: Slurm disables power saving; set [slurm] hook_path to "
+                f"this install's clustermgr, paste `clustermgr slurm conf` and restart slurmctld"
+            )
         elif not _runs(configured, program):
             problems.append(
                 f"slurm: {key} is {configured}, not clustermgr's {program}: Slurm's "
                 f"{_HOOK_PURPOSE[key]} never reach cm-scale"
             )
+    health = config.get("HealthCheckProgram", "").split(" ", 1)[0]
+    if health not in ("", "(null)") and not Path(health).is_file():
+        problems.append(
+            f"slurm: HealthCheckProgram {health} does not exist on this host: set [slurm] "
+            f"hook_path to this install's clustermgr and paste `clustermgr slurm conf`"
+        )
     return problems
 
 

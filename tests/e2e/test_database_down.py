@@ -2,11 +2,11 @@
 a server of the test's own (stopped and restarted by pid on the same port and data), the
 AWS SDK over moto, a real slurmctld and real slurmd behind every instance.
 
-The leader's lock lives on its database connection, so the leader stands by when the
-server goes: it acts on nothing (no launch it could not record, which a restart would then
-not know of), says `leader lock: database not reachable: …` in one line a try, and keeps
-running; once the server is back it takes the lock again, the job submitted meanwhile
-bursts and runs, and the idle node is stopped: one instance in all."""
+The leader cannot renew its lease with the server gone, so it stands by: it acts on
+nothing (no launch it could not record, which a restart would then not know of), says
+`leader lease: database not reachable: …` in one line a try, and keeps running; once the
+server is back it takes the lease again, the job submitted meanwhile bursts and runs, and
+the idle node is stopped: one instance in all."""
 
 from __future__ import annotations
 
@@ -69,5 +69,5 @@ def test_postgres_down_and_back_is_one_line_a_cycle_and_the_burst_resumes(
         assert "Traceback" not in text, text[-3000:]
         down = [line for line in text.splitlines() if "database not reachable" in line]
         assert all(len(line) < 400 for line in down), down[:3]
-        status = json.loads(lab.clustermgr("status", "--json").stdout)
+        status = json.loads(lab.clustermgr("status", "--json", check=False).stdout)
         assert status["instances_launched"] == 1, status

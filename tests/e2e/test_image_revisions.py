@@ -125,7 +125,7 @@ def test_a_node_on_an_old_revision_finishes_its_job_and_is_replaced_by_one_on_th
     row = nodes(lab)[old_node]
     assert (row["image_revision"], row["kernel"]) == (r1, os.uname().release), row
     assert f"CLUSTERMGR_IMAGE_REVISION={r1}" in lab.job_output(first)
-    status = lab.clustermgr("status").stdout
+    status = lab.clustermgr("status", check=False).stdout
     assert f"local-gpu: 1 on image revision {r1}, kernel {os.uname().release}" in status
 
     # a new revision of the tree, synced to the director and verified there

@@ -225,7 +225,7 @@ def test_onprem_node_powered_off_idle_on_for_a_job_and_a_dead_bmc_bursts_to_the_
     lab.run_until(lambda: sim.power == "off" and powered_down(lab), timeout_s=240)
     assert "soft-off" in sim.events()
     assert row(lab, NODE)["power"] == "off"
-    status = json.loads(lab.clustermgr("status", "--json").stdout)
+    status = json.loads(lab.clustermgr("status", "--json", check=False).stdout)
     assert status["onprem_power"]["saved_kw"] == pytest.approx(1.5)
 
     # 2. its BMC stops answering (SIGSTOP: it takes requests, never answers): op1's power

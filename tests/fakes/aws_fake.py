@@ -17,7 +17,8 @@ credential failures. The middleware in front of it:
   fleets), and is taken in override order otherwise;
 - delays answers (`slow`), holds one request before or after acting on it until released
   (`hold_next`, tests/fakes/gate.py), rejects an access key id (EC2 AuthFailure 401, STS
-  InvalidClientTokenId 403), and can answer CreateFleet with InvalidAction (`no_fleet_api`).
+  InvalidClientTokenId 403), can answer CreateFleet with InvalidAction (`no_fleet_api`), and
+  can fill a short fleet's `Errors` with another code (`fleet_errors_with`).
 
 Control it from the test process through the thread-safe methods, or from another process
 by POSTing JSON to `/_fake/<method>` (see CONTROL_METHODS). `POST /moto-api/reset` resets
@@ -79,6 +80,7 @@ CONTROL_METHODS = (
     "reject_access_key",
     "no_fleet_api",
     "no_capacity_for",
+    "fleet_errors_with",
     "clear_faults",
 )
 # How EC2 signals each fault (HTTP status real EC2 uses; botocore retries 5xx and throttles).
@@ -91,6 +93,11 @@ DEFAULT_STATUS = {
     "AuthFailure": 401,
     "UnauthorizedOperation": 403,
 }
+# What a CreateFleet `Errors` item says when the fleet fell short (fleet_errors_with changes it)
+FLEET_CODE = "InsufficientInstanceCapacity"
+FLEET_MESSAGE = (
+    "We currently do not have sufficient capacity in the Availability Zone you requested."
+)
 _CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/[^/]+/[^/]+/([^/]+)/")
 _OVERRIDE = re.compile(r"LaunchTemplateConfigs\.\d+\.Overrides\.\d+\.")
 EC2_NS = "http://ec2.amazonaws.com/doc/2016-11-15/"
@@ -147,6 +154,7 @@ class MiddlewareState:
     tokens: dict[tuple[str, str], tuple[str, Answer]] = field(default_factory=dict)
     calls: Counter[str] = field(default_factory=Counter)
     reservations: dict[str, FakeReservation] = field(default_factory=dict)
+    fleet_error: tuple[str, str] = (FLEET_CODE, FLEET_MESSAGE)  # code, message of Errors items
 
 
 class FaultMiddleware:
@@ -235,8 +243,17 @@ class FaultMiddleware:
         with self.lock:
             self.state.fleet_api = not disabled
 
+    def fleet_errors_with(self, code: str, message: str) -> None:
+        """CreateFleet `Errors` items (a fleet short of capacity, or of every type) carry this
+        code and message instead of InsufficientInstanceCapacity: EC2 puts any launch error
+        of an `instant` fleet there (VcpuLimitExceeded, InsufficientFreeAddressesInSubnet,
+        ...) and answers 200."""
+        with self.lock:
+            self.state.fleet_error = (code, message)
+
     def clear_faults(self) -> None:
         with self.lock:
+            self.state.fleet_error = (FLEET_CODE, FLEET_MESSAGE)
             self.state.faults.clear()
             self.state.slowness.clear()
             self.state.capacity = None
@@ -557,7 +574,7 @@ class FaultMiddleware:
             return reserved
         narrowed = self._without_exhausted_types(req)
         if narrowed is None:
-            return _xml_answer(_empty_fleet_xml(_fleet_errors(req)))
+            return _xml_answer(_empty_fleet_xml(_fleet_errors(req, self._fleet_error())))
         req = narrowed
         wanted = int(req.get("TargetCapacitySpecification.TotalTargetCapacity", "0") or 0)
         minimum = max(
@@ -573,7 +590,7 @@ class FaultMiddleware:
         granted = grants[""]
         if granted == wanted:
             return self._forward(environ, _encode(req.params))
-        errors = _fleet_errors(req)
+        errors = _fleet_errors(req, self._fleet_error())
         if granted < max(minimum, 1):
             self._give_back(grants)
             return _xml_answer(_empty_fleet_xml(errors))
@@ -584,6 +601,10 @@ class FaultMiddleware:
                 b"</CreateFleetResponse>", errors.encode() + b"</CreateFleetResponse>"
             )
         return answer
+
+    def _fleet_error(self) -> tuple[str, str]:
+        with self.lock:
+            return self.state.fleet_error
 
     def _run_instances(self, req: Request, environ: Environ) -> Answer:
         reserved = self._reserved_launch(req, environ)
@@ -695,8 +716,8 @@ def _status_line(status: int) -> str:
     return f"{status} {reasons.get(status, 'Service Unavailable')}"
 
 
-def _fleet_errors(req: Request) -> str:
-    """An `errorSet` with one InsufficientInstanceCapacity item per override in the request."""
+def _fleet_errors(req: Request, error: tuple[str, str]) -> str:
+    """An `errorSet` with one item per override in the request, each with `error`."""
     lifecycle = req.get("TargetCapacitySpecification.DefaultTargetCapacityType", "on-demand")
     items: list[str] = []
     prefixes = sorted({k.rsplit(".", 1)[0] for k, _ in req.params if _OVERRIDE.match(k)})
@@ -720,9 +741,8 @@ def _fleet_errors(req: Request) -> str:
             f"<launchTemplateSpecification>{spec}</launchTemplateSpecification>"
             f"<overrides>{overrides}</overrides></launchTemplateAndOverrides>"
             f"<lifecycle>{escape(lifecycle)}</lifecycle>"
-            "<errorCode>InsufficientInstanceCapacity</errorCode>"
-            "<errorMessage>We currently do not have sufficient capacity in the Availability "
-            "Zone you requested.</errorMessage></item>"
+            f"<errorCode>{escape(error[0])}</errorCode>"
+            f"<errorMessage>{escape(error[1])}</errorMessage></item>"
         )
     return f"<errorSet>{''.join(items)}</errorSet>"
 
@@ -888,6 +908,11 @@ class FakeAws:
         """CreateFleet finds no capacity for these types (an Errors item each), as EC2
         reports a type that is sold out in every zone; other overrides still launch."""
         self.middleware.no_capacity_for(instance_types)
+
+    def fleet_errors_with(self, code: str, message: str) -> None:
+        """A short CreateFleet's `Errors` items carry `code` and `message` (EC2 answers 200
+        with the cause of each override's failure there: a quota, a full subnet, ...)."""
+        self.middleware.fleet_errors_with(code, message)
 
     def reject_access_key(self, access_key_id: str) -> None:
         """Every request signed with this access key id fails (EC2 AuthFailure, STS 403)."""

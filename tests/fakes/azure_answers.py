@@ -127,6 +127,14 @@ _QUOTA = (
     "Current Limit: 10, Current Usage: 8, Additional Required: 4, (Minimum) New Limit "
     "Required: 12. Submit a request for Quota increase at https://aka.ms/ProdportalCRP"
 )
+# The same refusal with the real numbers (the fake's core quotas: azure_fake.limit_cores)
+QUOTA_REFUSAL = (
+    "Operation could not be completed as it results in exceeding approved {quota} quota. "
+    "Additional details - Deployment Model: Resource Manager, Location: " + LOCATION + ", "
+    "Current Limit: {limit}, Current Usage: {used}, Additional Required: {wanted}, (Minimum) "
+    "New Limit Required: {needed}. Submit a request for Quota increase at "
+    "https://aka.ms/ProdportalCRP"
+)
 _TERMINAL = "The resource operation completed with terminal provisioning state 'Failed'."
 
 

@@ -41,7 +41,13 @@ from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 import trustme
 
 from tests.fakes import http_fake
-from tests.fakes.azure_answers import DEFAULT_SKUS, LOCATION, SHAPES, SUBSCRIPTION
+from tests.fakes.azure_answers import (
+    DEFAULT_SKUS,
+    LOCATION,
+    QUOTA_REFUSAL,
+    SHAPES,
+    SUBSCRIPTION,
+)
 from tests.fakes.azure_gallery import Galleries
 from tests.fakes.azure_placement import group_json as ppg_json
 from tests.fakes.azure_placement import members as ppg_members
@@ -59,6 +65,7 @@ CONTROL_METHODS = (
     "fail_next",
     "fail_next_vm_puts",
     "limit_capacity",
+    "limit_cores",
     "slow",
     "clear_faults",
     "set_power_state",
@@ -112,6 +119,8 @@ class FakeState:
     slowness: list[Slowness] = field(default_factory=list)
     capacity: int | None = None
     size_capacity: dict[str, int] = field(default_factory=dict)  # by lower-cased VM size
+    # cores quotas: by VM family (lower-cased), and the regional total under "" (None: none)
+    core_quotas: dict[str, int] = field(default_factory=dict)
     next_ip: int = 4
     # NIC (lower-cased) -> (the VM it is reserved for, monotonic time the reservation ends)
     reserved_nics: dict[str, tuple[str, float]] = field(default_factory=dict)
@@ -288,6 +297,17 @@ class FakeAzure(HttpFake):
             else:
                 self.state.size_capacity[instance_type.lower()] = instances
 
+    def limit_cores(self, cores: int | None, family: str = "") -> None:
+        """A cores quota: of one VM family (its SKUs' `family`), or the regional total when
+        `family` is "" (None: no quota). A VM PUT that would go over it is 409
+        OperationNotAllowed naming the quota ("... approved standardDSv3Family Cores quota",
+        "... approved Total Regional Cores quota"), as Compute refuses it."""
+        with self.lock:
+            if cores is None:
+                self.state.core_quotas.pop(family.lower(), None)
+            else:
+                self.state.core_quotas[family.lower()] = cores
+
     def slow(self, seconds: float, attempts: int | None = None, path_contains: str = "") -> None:
         """Delay the next `attempts` matching answers (all of them when None) by `seconds`."""
         with self.lock:
@@ -299,6 +319,7 @@ class FakeAzure(HttpFake):
             self.state.slowness.clear()
             self.state.capacity = None
             self.state.size_capacity.clear()
+            self.state.core_quotas.clear()
 
     def set_power_state(self, vm_name: str, power: str) -> None:
         with self.lock:
@@ -643,6 +664,7 @@ class FakeAzure(HttpFake):
                 raise ArmError(409, "OperationNotAllowed", f"VM {name} is being deleted.")
             return Reply(200, self._vm_view(vm, {}))  # an update: nothing new to create
         self._validate_vm(name, body)
+        self._check_cores(str(body["properties"]["hardwareProfile"]["vmSize"]))
         self._reserve(name, body)
         failure = self._pending_failure
         error: JSON | None = None
@@ -657,6 +679,40 @@ class FakeAzure(HttpFake):
         finish = self._finish_create(vm, error)
         op_url = self._operation(error, finish)
         return Reply(201, self._vm_view(vm, {}), {"Azure-AsyncOperation": op_url})
+
+    def _cores_of(self, size: str) -> tuple[int, str]:
+        """(vCPUs, family) of a size, from the SKU listing."""
+        sku = next((s for s in self.skus if s["name"].lower() == size.lower()), None)
+        if sku is None:
+            return 0, ""
+        caps = {c["name"]: c["value"] for c in sku.get("capabilities", [])}
+        return int(caps.get("vCPUs", "0")), str(sku.get("family", ""))
+
+    def _check_cores(self, size: str) -> None:
+        """409 OperationNotAllowed when the VM would go over a cores quota: its family's
+        first, then the regional total (VMs that failed hold no cores)."""
+        wanted, family = self._cores_of(size)
+        live = [
+            vm
+            for vm in self.state.vms.values()
+            if vm["properties"]["provisioningState"] not in ("Failed", "Deleting")
+        ]
+        for key, quota in ((family.lower(), f"{family} Cores"), ("", "Total Regional Cores")):
+            limit = self.state.core_quotas.get(key)
+            if limit is None:
+                continue
+            used = sum(
+                cores
+                for cores, fam in (
+                    self._cores_of(vm["properties"]["hardwareProfile"]["vmSize"]) for vm in live
+                )
+                if key == "" or fam.lower() == key
+            )
+            if used + wanted > limit:
+                message = QUOTA_REFUSAL.format(
+                    quota=quota, limit=limit, used=used, wanted=wanted, needed=used + wanted
+                )
+                raise ArmError(409, "OperationNotAllowed", message)
 
     def _allocate(self, size: str) -> bool:
         """Take one VM of `size` from the capacity left (False: none left)."""

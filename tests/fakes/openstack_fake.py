@@ -84,6 +84,15 @@ MULTIPLE_WITH_PORT = (
     "configured port ID. Please launch your instance one by one with different ports."
 )
 THROTTLE_MESSAGE = "This request was rate-limited."
+# nova/exception.py PortLimitExceeded (OverQuota, HTTPForbidden): compute/api.py raises it when
+# validate_networks finds no port left for the request under the project's Neutron port quota
+PORT_LIMIT_MESSAGE = "Maximum number of ports exceeded"
+# nova/compute/manager.py _build_and_run_instance: Neutron's IpAddressGenerationFailure as
+# NoMoreFixedIps ("No fixed IP addresses available for network: %(net)s") in BuildAbortException
+NO_FIXED_IP = (
+    "Build of instance {uuid} aborted: Failed to allocate the network(s) with error No fixed "
+    "IP addresses available for network: {net}, not rescheduling."
+)
 UPDATED = "2013-07-23T11:33:21Z"
 
 
@@ -123,6 +132,7 @@ CONTROL_METHODS = (
     "fail_next_creates",
     "limit_capacity",
     "set_quota",
+    "set_network_limits",
     "set_build_polls",
     "set_password",
     "clear_faults",
@@ -158,6 +168,19 @@ class NovaError(Exception):
         return {kind: {"code": self.status, "message": self.message}}
 
 
+class NeutronError(NovaError):
+    """Neutron's error body: {"NeutronError": {"type": <exception class>, "message": ...,
+    "detail": ""}} (neutron/api/api_common.py get_exception_data); OverQuota and
+    IpAddressGenerationFailure are Conflicts (409) in neutron_lib/exceptions."""
+
+    def __init__(self, status: int, kind: str, message: str):
+        super().__init__(status, message)
+        self.kind = kind
+
+    def body(self) -> JSON:
+        return {"NeutronError": {"type": self.kind, "message": self.message, "detail": ""}}
+
+
 @dataclass
 class Fault:
     """Answer the next `remaining` requests of `method` whose path contains `path_contains`."""
@@ -185,6 +208,8 @@ class FakeState:
     quota_instances: int | None = None  # 403 "Quota exceeded for instances" above this
     next_address: int = 10
     ports: dict[str, JSON] = field(default_factory=dict)  # Neutron ports by id
+    port_quota: int | None = None  # the project's Neutron port quota (None: unlimited)
+    free_addresses: int | None = None  # addresses left on the networks' subnets (None: many)
 
 
 class Req(http_fake.Req):
@@ -355,6 +380,18 @@ class FakeOpenStack(HttpFake):
         else:
             raise ValueError(f"unknown fault kind {kind!r}")
 
+    def set_network_limits(
+        self, port_quota: int | None = None, free_addresses: int | None = None
+    ) -> None:
+        """The project's Neutron port quota (a server takes a port on each of its networks)
+        and the addresses left on the networks' subnets (None: no limit). Over the quota, a
+        server create is 403 PortLimitExceeded and a port create 409 OverQuota; without an
+        address, a server is accepted and goes to ERROR with NoMoreFixedIps in its fault,
+        and a port create is 409 IpAddressGenerationFailure."""
+        with self.lock:
+            self.state.port_quota = port_quota
+            self.state.free_addresses = free_addresses
+
     def limit_capacity(self, instances: int | None, instance_type: str | None = None) -> None:
         """Only `instances` more servers (of flavor `instance_type`, by name, when named) can
         go ACTIVE, then "No valid host" (None: no limit)."""
@@ -395,6 +432,8 @@ class FakeOpenStack(HttpFake):
             self.state.capacity_faults = 0
             self.state.build_faults.clear()
             self.state.quota_instances = None
+            self.state.port_quota = None
+            self.state.free_addresses = None
 
     # ----------------------------------------------------------------- inspection
 
@@ -739,8 +778,10 @@ class FakeOpenStack(HttpFake):
         ports = [str(n["port"]) for n in asked if "port" in n] if isinstance(asked, list) else []
         if ports and made > 1:  # nova/compute/api.py _check_requested_networks
             raise NovaError(400, MULTIPLE_WITH_PORT)
+        self._check_port_quota(len(networks) * (0 if ports else 1))
         reservation = multicreate.reservation_id()
         fates = self._fates(str(flavor.get("name", "")), made)
+        fates = [self._address_for(fate, networks) for fate in fates]
         hints = body.get("os:scheduler_hints") or body.get("OS-SCH-HNT:scheduler_hints")
         servers = []
         for index, fate in enumerate(fates):
@@ -838,6 +879,25 @@ class FakeOpenStack(HttpFake):
             message = QUOTA_MESSAGE.format(used=used, limit=limit) + " instances"
             raise NovaError(403, message.replace("Requested 1", f"Requested {wanted.least}"))
         return made
+
+    def _ports_used(self) -> int:
+        """Ports of the project: its own, and one per network of each server not deleted."""
+        servers = sum(len(s.get("addresses") or {}) for s in self.state.servers.values())
+        return len(self.state.ports) + servers
+
+    def _check_port_quota(self, wanted: int) -> None:
+        quota = self.state.port_quota
+        if wanted and quota is not None and self._ports_used() + wanted > quota:
+            raise NovaError(403, PORT_LIMIT_MESSAGE)
+
+    def _address_for(self, fate: str, networks: list[str]) -> str:
+        """An ACTIVE-bound server takes an address; none left: NoMoreFixedIps."""
+        if fate != "ACTIVE" or not networks or self.state.free_addresses is None:
+            return fate
+        if self.state.free_addresses <= 0:
+            return "ERROR:no-fixed-ip"
+        self.state.free_addresses -= 1
+        return fate
 
     def _fates(self, flavor: str, count: int) -> list[str]:
         """Each server's fate; a request that does not fit whole is NoValidHost for all its
@@ -979,6 +1039,9 @@ class FakeOpenStack(HttpFake):
             return 500, BUILD_ABORTED.format(uuid=uuid_, image=server["image"], why=why)
         if kind == "retries":
             return 500, MAX_RETRIES.format(uuid=uuid_)
+        if kind == "no-fixed-ip":
+            net = next(iter(self.networks.values()), "")
+            return 500, NO_FIXED_IP.format(uuid=uuid_, net=net)
         if kind == "quota-recheck":
             used = len(self.state.servers)
             return 413, QUOTA_MESSAGE.format(used=used, limit=used) + " instances"
@@ -1010,6 +1073,13 @@ class FakeOpenStack(HttpFake):
                 raise NovaError(
                     404, f"Network {(body or {}).get('network_id')} could not be found."
                 )
+            if self.state.port_quota is not None and self._ports_used() >= self.state.port_quota:
+                raise NeutronError(409, "OverQuota", "Quota exceeded for resources: ['port'].")
+            if self.state.free_addresses is not None:
+                if self.state.free_addresses <= 0:
+                    message = f"No more IP addresses available on network {body['network_id']}."
+                    raise NeutronError(409, "IpAddressGenerationFailure", message)
+                self.state.free_addresses -= 1
             port = _port(body, self.project_id)
             ports[port["id"]] = port
             return Reply(201, {"port": port})

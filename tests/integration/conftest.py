@@ -13,14 +13,21 @@ from clustermgr.db.database import Database
 from clustermgr.db.models import Provider
 from clustermgr.directors.states import ensure
 from tests.conftest import cannot_run
-from tests.services.slapd import Slapd, SlapdUnavailable, available, make_server
+from tests.services.slapd import (
+    Slapd,
+    SlapdUnavailable,
+    available,
+    director_replica,
+    make_server,
+)
 
 Factory = Callable[..., Slapd]
 
 
 @pytest.fixture
 def slapd(tmp_path: Path) -> Iterator[Factory]:
-    """Makes and starts slapd servers; every one is stopped by pid at teardown."""
+    """Makes and starts slapd servers; every one is stopped by pid at teardown. With
+    `director=True`, a director's replica as the local provider configures it."""
     why = available()
     if why:
         cannot_run(f"slapd: {why}")
@@ -28,7 +35,10 @@ def slapd(tmp_path: Path) -> Iterator[Factory]:
 
     def start(name: str, **kwargs: Any) -> Slapd:
         try:
-            server = make_server(tmp_path / name, **kwargs)
+            if kwargs.pop("director", False):
+                server = director_replica(tmp_path / name, **kwargs)
+            else:
+                server = make_server(tmp_path / name, **kwargs)
             made.append(server)
             server.start()
         except SlapdUnavailable as exc:

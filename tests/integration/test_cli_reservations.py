@@ -134,7 +134,7 @@ def test_catalog_and_status_show_total_in_use_and_free(fake: FakeAws, tmp_path: 
     assert fake.calls().get("DescribeCapacityReservations", 0) == calls
 
     status = run_cli("status", env=env)
-    assert status.returncode == 0, status.stderr
+    assert status.returncode == 1, status.stderr  # no daemon leads: monitoring's exit 1
     assert f"reservation {RES} (p5.48xlarge, h100): 3 of 4 in use, 1 free, active" in status.stdout
     assert f"capacity-block {BLOCK} (p5.48xlarge, block): 0 of 2 in use, 2 free" in status.stdout
     as_json = json.loads(run_cli("status", "--json", env=env).stdout)

@@ -32,8 +32,7 @@ from clustermgr.providers.local import net
 from clustermgr.providers.local.client import state_dir_of
 from clustermgr.providers.local.state import locked
 from clustermgr.providers.registry import make_provider
-from clustermgr.runtime.daemon import director_pass
-from clustermgr.runtime.director_sync import DirectorSync
+from clustermgr.runtime.director_sync import DirectorSync, director_pass
 from tests.conftest import run_cli
 from tests.fakes.local_harness import skip_unless_possible
 from tests.labs.directorlab import MOTD, director_tables, make_head

@@ -146,7 +146,7 @@ def main() -> int:
 
         down = finished and wait(scaled_down, SCALE_DOWN_TIMEOUT_S, lambda: nodes_table(lab))
         say("every burst node is idle~ again" if down else "nodes did not scale down in time")
-        status = json.loads(lab.clustermgr("status", "--json").stdout)
+        status = json.loads(lab.clustermgr("status", "--json", check=False).stdout)
         waits = {name: job_wait_seconds(lab, job) for name, job in jobs.items()}
         daemon.send_signal(signal.SIGTERM)
         daemon.wait(timeout=120)

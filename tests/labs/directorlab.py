@@ -163,6 +163,7 @@ push_module = "@{push_module}"
 push_user = "@{push_user}"
 push_secrets = "@{push_secrets}"
 ldap_port = @{ldap_port}
+attributes = "@{ldap_attributes}"
 rsync_port = @{rsync_port}
 """
 

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from clustermgr.runtime.leader import PostgresAdvisoryLock
+from clustermgr.db.database import Database
+from clustermgr.runtime.leader import make_lock
 from tests.conftest import cannot_run, run_cli
 from tests.security.conftest import Accounts, as_user
 from tests.services import postgres
@@ -186,13 +187,16 @@ def test_a_lock_taken_elsewhere_on_the_server_does_not_stop_the_leader(
                 ).fetchone()
             held = int(row[0]) if row else 0
         assert held == 2, "mallory's session did not take both advisory locks"
-        lock = PostgresAdvisoryLock(upgraded, CLUSTER)
+        database = Database(upgraded)
+        lock = make_lock(database, "cm-scale@test:1", 20.0, Path("/nonexistent"))
         try:
             assert lock.try_acquire()
-            assert lock.key == real_key
+            assert lock.session_lock.key == real_key  # type: ignore[attr-defined]
+            assert lock.session_lock.holding()
             assert lock.still_leader()
         finally:
             lock.release()
+            database.dispose()
     finally:
         holder.kill()
         holder.wait()
@@ -200,7 +204,8 @@ def test_a_lock_taken_elsewhere_on_the_server_does_not_stop_the_leader(
 
 def test_a_role_granted_connect_cannot_read_the_key(site_server: SiteServer, upgraded: str) -> None:
     """A site that lets a reporting role connect still keeps the key from it: the
-    leader_lock table is the clustermgr role's, with no grant to anyone."""
+    leader_lock table is the clustermgr role's, with no grant to anyone; nor may it write
+    the lease (leader_lease), which would make it the leader."""
     import psycopg
 
     with psycopg.connect(site_server.dsn("postgres"), autocommit=True) as conn:
@@ -210,6 +215,14 @@ def test_a_role_granted_connect_cannot_read_the_key(site_server: SiteServer, upg
             site_server, "cmsec_mallory", MALLORY_PASSWORD, DATABASE, "SELECT * FROM leader_lock"
         )
         assert not read.startswith("rc=0") and "permission denied" in read, read
+        steal = mallory_psql(
+            site_server,
+            "cmsec_mallory",
+            MALLORY_PASSWORD,
+            DATABASE,
+            "UPDATE leader_lease SET holder = 'mallory', expires_at = 1e12",
+        )
+        assert not steal.startswith("rc=0") and "permission denied" in steal, steal
     finally:
         with psycopg.connect(site_server.dsn("postgres"), autocommit=True) as conn:
             conn.execute(f"REVOKE CONNECT ON DATABASE {DATABASE} FROM cmsec_mallory")  # type: ignore[arg-type]

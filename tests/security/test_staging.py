@@ -15,21 +15,27 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sqlite3
+import ssl
 import subprocess
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from clustermgr.config import load_settings
+from clustermgr.core.errors import StagingError
 from clustermgr.db.database import Database
 from clustermgr.db.models import Transfer
+from clustermgr.staging import channel
 from clustermgr.staging.service import StagingService
+from clustermgr.staging.wire import make_credential
 from tests.conftest import REPO
 from tests.labs.slurmlab import _acquire_munge, _release_munge
 from tests.security.conftest import Account, Accounts, as_user
@@ -50,18 +56,23 @@ if os.path.basename(sys.argv[0]) == "sbatch":
 """
 # a raw client of the staging service, run as a user: it sends whatever it is given
 RAW_REQUEST = """
-import socket, subprocess, sys, hashlib
+import socket, ssl, subprocess, sys, hashlib
 mode, where, body = sys.argv[1], sys.argv[2], sys.argv[3].encode() + b"\\n"
 if mode == "unix":
     sock = socket.socket(socket.AF_UNIX); sock.connect(where); sock.sendall(body)
+    reader = sock.makefile("rb")
 else:
     credential = sys.stdin.buffer.read() if mode == "tcp-given" else subprocess.run(
         ["munge", "-s", hashlib.sha256(body).hexdigest()], capture_output=True, check=True
     ).stdout
     host, port = where.rsplit(":", 1)
-    sock = socket.create_connection((host, int(port)))
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    tls.check_hostname, tls.verify_mode = False, ssl.CERT_NONE  # a raw client trusts anyone
+    sock = tls.wrap_socket(socket.create_connection((host, int(port))))
+    reader = sock.makefile("rb")
+    reader.readline()  # the service's proof (its MUNGE credential), unchecked here
     sock.sendall(credential.strip() + b"\\n" + body)
-print(sock.makefile("rb").readline().decode(), end="")
+print(reader.readline().decode(), end="")
 """
 
 
@@ -483,6 +494,8 @@ def munge_service(lab: StageLab) -> Iterator[tuple[StagingService, Path]]:
         f"{lab.root}/run/tcp.sock",
         'listen = "127.0.0.1:0"\ncredential_max_age_s = 3\n',
     )
+    # the TCP door's TLS identity (the munge key server's) lives in the state dir
+    config.write_text(config.read_text() + f'[daemon]\nstate_dir = "{lab.root}/state/daemon"\n')
     service = StagingService(load_settings(config), lab.database)
     try:
         service.start()
@@ -594,3 +607,58 @@ def test_cm_scale_serves_the_channel_and_takes_it_down_on_stop(
         daemon.wait(timeout=60)
         log.close()
     assert not os.path.lexists(socket_path)
+
+
+def _impostor(proof_of: Callable[[bytes], bytes]) -> tuple[int, bytearray]:
+    """A TLS server with a certificate of its own, sending `proof_of(its DER)` as its proof
+    and keeping whatever the client sends after that: (port, what it received)."""
+    import trustme
+
+    cert = trustme.CA().issue_cert("127.0.0.1")
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    cert.configure_cert(context)
+    der = ssl.PEM_cert_to_DER_cert(cert.cert_chain_pems[0].bytes().decode())
+    listener = socket.create_server(("127.0.0.1", 0))
+    received = bytearray()
+
+    def serve() -> None:
+        raw, _ = listener.accept()
+        with context.wrap_socket(raw, server_side=True) as conn:
+            conn.sendall(proof_of(der))
+            conn.settimeout(5)
+            with contextlib.suppress(OSError):
+                while chunk := conn.recv(65536):
+                    received.extend(chunk)
+        listener.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    return listener.getsockname()[1], received
+
+
+def test_a_client_sends_nothing_to_a_door_that_cannot_prove_it_is_cm_scale(
+    accounts: Accounts,
+) -> None:
+    """Someone in the middle (or a user's listener) presents its own certificate: with a
+    root credential made for another certificate (the real door's, relayed) or a
+    credential of its own uid for its certificate, the client stops before its request."""
+    mallory = accounts.attacker
+    body = json.dumps({"op": "begin", "args": {"transfer": 1}}).encode() + b"\n"
+
+    def relayed(_der: bytes) -> bytes:
+        return make_credential(b"the real door's certificate")  # root's, another payload
+
+    def own(der: bytes) -> bytes:
+        made = as_user(mallory.name, ["munge", "-s", hashlib.sha256(der).hexdigest()])
+        return made.stdout.strip().encode() + b"\n"
+
+    _acquire_munge(30)
+    try:
+        for proof_of, why in ((relayed, "made for another request"), (own, "not root")):
+            port, received = _impostor(proof_of)
+            with pytest.raises(StagingError, match="did not prove itself") as caught:
+                channel.call(f"127.0.0.1:{port}", body, 60, 10)
+            assert why in str(caught.value)
+            time.sleep(0.2)
+            assert bytes(received) == b""  # no credential, no request
+    finally:
+        _release_munge()

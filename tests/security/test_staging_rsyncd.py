@@ -11,15 +11,19 @@ A transfer whose director is not READY waits for it (its region is the lifecycle
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import os
 import pwd
 import shutil
+import socket
 import sqlite3
 import stat
 import subprocess
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,7 +36,9 @@ from clustermgr.db.models import Provider
 from clustermgr.directors.states import DirectorState, ensure
 from clustermgr.staging import rsyncd_auth
 from clustermgr.staging.director import staging_demand
+from clustermgr.staging.service import StagingService
 from tests.labs.rsyncd import RsyncDaemon
+from tests.labs.slurmlab import _acquire_munge, _release_munge
 from tests.security.conftest import Account, Accounts, as_user
 from tests.security.test_staging import (
     BIN,
@@ -331,3 +337,95 @@ def test_root_gets_no_daemon_area(dlab: DaemonLab) -> None:
     answer = dlab.stage.raw(root, {"op": "create", "args": request})
     assert not answer["ok"] and "root never" in str(answer["error"]), answer
     assert dlab.stage.rows() == []
+
+
+class Relay:
+    """A TCP relay between the clients and the staging service's TCP door that keeps every
+    byte it passes, both ways: what someone on the network path sees."""
+
+    def __init__(self, target: int) -> None:
+        self.target = target
+        self.seen = bytearray()
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        self._lock = threading.Lock()
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(("127.0.0.1", self.target))
+            for a, b in ((client, server), (server, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    def _pipe(self, source: socket.socket, sink: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := source.recv(65536):
+                with self._lock:
+                    self.seen += chunk
+                sink.sendall(chunk)
+        with contextlib.suppress(OSError):
+            sink.shutdown(socket.SHUT_WR)
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def test_the_tcp_door_speaks_only_tls_and_the_wire_holds_no_password(
+    dlab: DaemonLab, accounts: Accounts, alice_dir: Path
+) -> None:
+    """A transfer job off the head (no socket: `[staging] service`) begins over the TCP
+    door and gets its rsync password: the bytes on the wire do not hold it; a plain TCP
+    client with a valid credential gets no answer at all."""
+    lab, alice = dlab.stage, accounts.victim
+    config = Path(lab.env["CLUSTERMGR_CONFIG"])
+    text = config.read_text()
+    door = config.with_name("door.toml")
+    door.write_text(
+        text.replace("/run/cmsub.sock", "/run/door.sock").replace(
+            "director_poll_s = 0.2\n", 'director_poll_s = 0.2\nlisten = "127.0.0.1:0"\n'
+        )
+    )
+    _acquire_munge(30)
+    service = StagingService(load_settings(door), lab.database)
+    try:
+        service.start()
+        relay = Relay(service.tcp_port)
+        off_head = config.with_name("off-head.toml")
+        service_line = f'service = "127.0.0.1:{relay.port}"\n'
+        off_head.write_text(
+            text.replace(f"{lab.root}/run/cmsub.sock", "/nonexistent/cmsub.sock").replace(
+                "director_poll_s = 0.2\n", "director_poll_s = 0.2\n" + service_line
+            )
+        )
+        off_head.chmod(0o644)
+        sums = make_tree(alice, alice_dir)
+        chain = submit(lab, alice, alice_dir)
+        stage_in, _ = transfer_ids(lab, chain)
+        env = {**lab.env, "CLUSTERMGR_CONFIG": str(off_head)}
+        moved = as_user(alice.name, [str(BIN / "cmsub-transfer"), stage_in], env=env)
+        assert moved.returncode == 0, moved.stderr
+        staged = lab.area_root / alice.name / str(chain["stage_id"]) / "input"
+        assert sha256_tree(staged) == sums  # through the module, by the password it got
+
+        secret = rsyncd_auth.password(dlab.key, alice.name)
+        wire = bytes(relay.seen)
+        assert b"rsync_password" not in wire and secret.encode() not in wire, "in clear"
+        assert len(wire) > 1000 and b"MUNGE:" not in wire  # TLS records, not JSON lines
+
+        body = json.dumps({"op": "begin", "args": {"transfer": 1}}).encode() + b"\n"
+        credential = as_user(alice.name, ["munge", "-s", hashlib.sha256(body).hexdigest()])
+        with socket.create_connection(("127.0.0.1", service.tcp_port), timeout=10) as plain:
+            plain.sendall(credential.stdout.strip().encode() + b"\n" + body)
+            try:
+                answer = plain.recv(65536)
+            except ConnectionResetError:  # the failed handshake closed it with data unread
+                answer = b""
+        assert b"rsync_password" not in answer and not answer.startswith(b"{"), answer
+        relay.close()
+    finally:
+        service.stop()
+        _release_munge()

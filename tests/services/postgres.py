@@ -57,8 +57,9 @@ def pg_bin_dir() -> Path | None:
     return None
 
 
-def start(bin_dir: Path | None = None) -> PrivatePostgres:
-    """initdb + postgres on a free port; raises PostgresUnavailable with the reason."""
+def start(bin_dir: Path | None = None, settings: tuple[str, ...] = ()) -> PrivatePostgres:
+    """initdb + postgres on a free port; raises PostgresUnavailable with the reason.
+    `settings` are more `-c name=value` arguments (the last one of a name wins)."""
     bin_dir = bin_dir or pg_bin_dir()
     if bin_dir is None:
         raise PostgresUnavailable(
@@ -86,7 +87,7 @@ def start(bin_dir: Path | None = None) -> PrivatePostgres:
     if init.returncode != 0:
         shutil.rmtree(workdir, ignore_errors=True)
         raise PostgresUnavailable(f"initdb failed: {init.stderr.strip()[-500:]}")
-    return _serve(bin_dir, workdir, free_port(), as_user)
+    return _serve(bin_dir, workdir, free_port(), as_user, settings)
 
 
 def restart(server: PrivatePostgres) -> PrivatePostgres:
@@ -100,7 +101,13 @@ def restart(server: PrivatePostgres) -> PrivatePostgres:
     return _serve(bin_dir, server.workdir, server.port, as_user)
 
 
-def _serve(bin_dir: Path, workdir: Path, port: int, as_user: dict[str, object]) -> PrivatePostgres:
+def _serve(
+    bin_dir: Path,
+    workdir: Path,
+    port: int,
+    as_user: dict[str, object],
+    settings: tuple[str, ...] = (),
+) -> PrivatePostgres:
     data = workdir / "data"
     socket_dir = ("-k", f"{workdir}")
     log = open(workdir / "postgres.log", "ab")  # noqa: SIM115 - the server's, closed below
@@ -114,6 +121,7 @@ def _serve(bin_dir: Path, workdir: Path, port: int, as_user: dict[str, object]) 
                 f"{port}",
                 *socket_dir,
                 *SERVER_ARGS,
+                *(arg for setting in settings for arg in ("-c", setting)),
             ],
             stdin=subprocess.DEVNULL,
             stdout=log,

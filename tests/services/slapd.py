@@ -59,7 +59,19 @@ maxsize 1073741824
 dbnosync
 index objectClass eq
 index entryCSN,entryUUID eq
-{syncprov_overlay}
+{access}{syncprov_overlay}
+"""
+
+# The replicator's account on the head, and the head-side rules docs/directors.md tells a
+# site to put first (its own rules follow, reached through `break`): the replicator reads
+# the bases, never a password attribute.
+REPLICATOR_DN = f"cn=replicator,{SUFFIX}"
+REPLICATOR_PASSWORD = "Replicator-Pw-77e1-never-shown"
+HEAD_REPLICATOR_ACL = f"""\
+access to attrs=userPassword by dn.exact="{REPLICATOR_DN}" none by * break
+access to * by dn.exact="{REPLICATOR_DN}" read by * break
+access to attrs=userPassword by self write by anonymous auth by * none
+access to * by * read
 """
 
 
@@ -168,9 +180,12 @@ def make_server(
     extra_schemas: tuple[str, ...] = (),
     host: str = "127.0.0.1",
     tls: TlsFiles | None = None,
+    replicator: bool = False,
 ) -> Slapd:
     """Write the config, load `seed_ldif` (slapadd), convert to cn=config; not started.
-    With `tls`, the server offers StartTLS on its port and ldaps on a second one."""
+    With `tls`, the server offers StartTLS on its port and ldaps on a second one. With
+    `replicator`, the database has a replicator account (REPLICATOR_DN, a sibling of the
+    bases) and the head-side rules that keep password attributes from it."""
     why = available()
     if why:
         raise SlapdUnavailable(why)
@@ -194,8 +209,11 @@ def make_server(
             admin_dn=admin_dn,
             admin_password=admin_password,
             tls=tls.directives() if tls else "",
+            access=HEAD_REPLICATOR_ACL.replace(SUFFIX, suffix) if replicator else "",
         )
     )
+    if replicator:
+        seed_ldif = (seed_ldif or "") + "\n" + replicator_ldif(suffix)
     ldif = workdir / "seed.ldif"
     ldif.write_text(seed_ldif or "")  # empty: slapadd still creates the database files
     _run([str(SLAPADD), "-q", "-f", str(conf), "-l", str(ldif)])
@@ -244,6 +262,39 @@ def make_tls(workdir: Path, *hosts: str) -> TlsFiles:
     cert.private_key_pem.write_to_path(str(files.key_file))
     files.key_file.chmod(0o600)
     return files
+
+
+def replicator_ldif(suffix: str = SUFFIX) -> str:
+    return (
+        f"dn: cn=replicator,{suffix}\nobjectClass: organizationalRole\n"
+        f"objectClass: simpleSecurityObject\ncn: replicator\n"
+        f"userPassword: {REPLICATOR_PASSWORD}\n"
+    )
+
+
+def director_replica(workdir: Path, *, attributes: tuple[str, ...] | None = None) -> Slapd:
+    """A director's replica as the local provider configures it (its slapd.d, database and
+    access rules from clustermgr.providers.local.director.write_configs), on a loopback
+    port instead of in a namespace; not started. Both admins (the database's rootdn and
+    cn=admin,cn=config) have ADMIN_PASSWORD."""
+    from clustermgr.core.ldap_attrs import DEFAULT_REPLICA_ATTRIBUTES
+    from clustermgr.providers.local.director import DirectorBoot, write_configs
+
+    why = available()
+    if why:
+        raise SlapdUnavailable(why)
+    workdir.mkdir(parents=True, exist_ok=True)
+    password_file = workdir / "director.secret"
+    password_file.write_text(ADMIN_PASSWORD + "\n")
+    password_file.chmod(0o600)
+    boot = DirectorBoot(
+        suffix=SUFFIX,
+        admin_dn=f"cn=admin,{SUFFIX}",
+        password_file=password_file,
+        attributes=attributes or DEFAULT_REPLICA_ATTRIBUTES,
+    )
+    write_configs(workdir, boot)
+    return Slapd(workdir, free_port(), SUFFIX, boot.admin_dn, ADMIN_PASSWORD, ADMIN_PASSWORD)
 
 
 def _run(argv: list[str]) -> None:

@@ -62,8 +62,8 @@ def client_error(code: str, message: str = "whatever", status: int = 400) -> Cli
         ("InternalError", ErrorKind.TRANSIENT),
         ("ServiceUnavailable", ErrorKind.TRANSIENT),
         ("SomethingNew", ErrorKind.OTHER),
-        ("UnsupportedOperation", ErrorKind.OTHER),  # not "Unsupported": no prefix matching
-        ("InvalidInstanceID.NotFound", ErrorKind.OTHER),
+        ("UnsupportedOperation", ErrorKind.INVALID),  # not "Unsupported": no prefix matching
+        ("InvalidInstanceID.NotFound", ErrorKind.TRANSIENT),  # eventual consistency
     ],
 )
 def test_codes_map_to_kinds(code: str, kind: ErrorKind) -> None:

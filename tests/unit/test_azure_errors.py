@@ -18,7 +18,7 @@ from azure.core.exceptions import (
 from azure.mgmt.core.exceptions import ARMErrorFormat
 
 from clustermgr.core.errors import ErrorKind
-from clustermgr.providers.azure.errors import ERROR_KINDS, classify, is_not_found
+from clustermgr.providers.azure.errors import ERROR_KINDS, classify, family_quota, is_not_found
 from clustermgr.providers.azure.shapes import (
     Names,
     VmRequest,
@@ -276,3 +276,30 @@ def test_skus_map_to_instance_types() -> None:
 )
 def test_instance_state(provisioning: str, statuses: list[str], state: InstanceState) -> None:
     assert instance_state(provisioning, statuses) is state
+
+
+@pytest.mark.parametrize(
+    ("quota", "family"),
+    [
+        ("standardNDASv4Family Cores", "standardNDASv4Family"),  # binds that family only
+        ("Total Regional Cores", ""),  # binds every size
+        ("LowPriorityCores", ""),  # every spot size
+    ],
+)
+def test_a_family_cores_quota_names_its_family_the_regional_ones_none(
+    quota: str, family: str
+) -> None:
+    message = (
+        f"Operation could not be completed as it results in exceeding approved {quota} "
+        "quota. Additional details - Deployment Model: Resource Manager, Location: eastus"
+    )
+    assert family_quota(ErrorKind.QUOTA, message) == family
+    assert family_quota(ErrorKind.OTHER, message) == ""
+
+
+@pytest.mark.parametrize(
+    "code", [c for c in ERROR_KINDS if isinstance(c, str) and c != "OperationNotAllowed"]
+)
+def test_every_arm_code_of_the_table_is_classified_as_it_says(code: str) -> None:
+    # a status no row names, so the code alone decides
+    assert classify(arm_error(418, code, "whatever: quota exceeded")).kind is ERROR_KINDS[code]

@@ -10,8 +10,9 @@ import pytest
 
 from clustermgr.config import Settings, parse_settings
 from clustermgr.core.errors import ConfigError
+from clustermgr.core.ldap_attrs import DEFAULT_REPLICA_ATTRIBUTES, effective
 from clustermgr.directors.userdata import render_user_data
-from clustermgr.providers.base import LaunchSpec
+from clustermgr.providers.base import LaunchSpec, ProviderError
 from clustermgr.providers.local.director import parse_boot, staging_module_conf
 
 NAME = "director-local-here"
@@ -90,6 +91,15 @@ def test_a_local_director_gets_the_lab_facts_its_provider_reads(tmp_path: Path) 
     paths = text.replace("/r.secret", "").replace(str(boot.push_secrets), "")
     paths = paths.replace("push_secrets = ", "")
     assert "secret" not in paths  # paths, never a password
+    # the replica's slapd lets clients read the [ldap] allow-list, nothing else
+    assert conf.ldap is not None
+    assert boot.attributes == effective(conf.ldap.attributes)
+    bare = "".join(line for line in text.splitlines(True) if not line.startswith("attributes"))
+    with pytest.raises(ProviderError, match="userPassword holds password hashes"):
+        parse_boot(director_spec(bare + 'attributes = "uid,userPassword"\n'))
+    assert parse_boot(director_spec(bare)).attributes == DEFAULT_REPLICA_ATTRIBUTES
+    template = parse_boot(director_spec(bare + 'attributes = "objectClass,uid,sshPublicKey"\n'))
+    assert template.attributes == ("objectClass", "uid", "sshPublicKey")
 
 
 def test_a_user_data_file_is_rendered_with_the_facts(tmp_path: Path) -> None:

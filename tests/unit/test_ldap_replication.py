@@ -9,6 +9,7 @@ import pytest
 
 from clustermgr.config import parse_settings
 from clustermgr.core.errors import ConfigError
+from clustermgr.core.ldap_attrs import effective, is_password_attribute, replica_access_rules
 from clustermgr.ldap.connection import (
     Csn,
     LdapConfigError,
@@ -18,7 +19,7 @@ from clustermgr.ldap.connection import (
     parse_csns,
     replica_endpoint,
 )
-from clustermgr.ldap.pull import key
+from clustermgr.ldap.pull import head_attributes, key
 from clustermgr.ldap.syncrepl import (
     consumer_settings,
     filter_for,
@@ -88,6 +89,27 @@ def test_consumer_value_round_trips_through_slapds_spelling() -> None:
     assert back["type"] == "refreshAndPersist" and back["retry"] == "5 +"
 
 
+def test_only_the_allow_list_is_replicated_and_never_a_password() -> None:
+    settings = parse_settings({"ldap": ldap_table()}).ldap
+    assert settings is not None
+    assert not any(is_password_attribute(name) for name in settings.attributes)
+    assert {"uid", "uidNumber", "memberUid", "shadowExpire"} <= set(settings.attributes)
+    wanted = consumer_settings(settings, head_endpoint(settings), "pw")
+    assert wanted["attrs"].split(",") == list(effective(settings.attributes))
+    assert head_attributes(settings) == (*effective(settings.attributes), "modifyTimestamp")
+    keys = parse_settings({"ldap": ldap_table(attributes=["uid", "sshPublicKey"])}).ldap
+    assert keys is not None  # objectClass always: nodes search by it
+    assert consumer_settings(keys, head_endpoint(keys), "pw")["attrs"] == (
+        "objectClass,uid,sshPublicKey"
+    )
+    rules = replica_access_rules(SUFFIX, keys.attributes, ("cn=admin,cn=config",))
+    assert rules == [
+        "to attrs=userPassword by anonymous auth by * none",
+        f'to dn.subtree="{SUFFIX}" attrs=entry,objectClass,uid,sshPublicKey by * read',
+        'to * by dn.exact="cn=admin,cn=config" read by * none',
+    ]
+
+
 def test_replica_endpoint_from_the_director_address() -> None:
     settings = parse_settings({"ldap": ldap_table()}).ldap
     assert settings is not None
@@ -127,6 +149,15 @@ def test_replica_endpoint_from_the_director_address() -> None:
             "must be password_file or password_env",
         ),
         ({"syncrepl_retry": "often"}, "String should match pattern"),
+        (
+            {"attributes": ["uid", "userPassword"]},
+            "ldap.attributes: userPassword holds password hashes, which a replica never "
+            "serves to nodes",
+        ),
+        ({"attributes": ["AuthPassword"]}, "AuthPassword holds password hashes"),
+        ({"attributes": ["*"]}, r"'\*' is not an attribute name"),
+        ({"attributes": ["uid cn"]}, "'uid cn' is not an attribute name"),
+        ({"attributes": []}, "at least 1 item"),
     ],
 )
 def test_bad_ldap_settings_are_one_line(change: dict[str, object], message: str) -> None:

@@ -60,8 +60,11 @@ def test_quota_on_create_is_quota_a_policy_refusal_is_invalid_403_elsewhere_is_a
     exc = http_error(sdk.ForbiddenException, 403, "Quota exceeded for instances: Requested 1")
     assert classify(exc, "create").kind is ErrorKind.QUOTA
     assert classify(exc, "create").code == "HTTP403"
-    assert classify(exc).kind is ErrorKind.AUTH
-    assert classify(exc, "delete").kind is ErrorKind.AUTH
+    # Nova's OverQuota is HTTPForbidden wherever it is raised (create, rebuild, resize)
+    assert classify(exc, "delete").kind is ErrorKind.QUOTA
+    policy_elsewhere = http_error(sdk.ForbiddenException, 403, "Policy doesn't allow it")
+    assert classify(policy_elsewhere).kind is ErrorKind.AUTH
+    assert classify(policy_elsewhere, "delete").kind is ErrorKind.AUTH
     policy = "It is not allowed to create an interface on external network n1"
     refused = http_error(sdk.ForbiddenException, 403, policy)
     assert classify(refused, "create").kind is ErrorKind.INVALID

@@ -25,7 +25,10 @@ from clustermgr.providers.aws.kind import AwsOptions
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
 
-MAX_ATTEMPTS = 4  # botocore attempts per call (it retries 5xx and throttling itself)
+# Calls botocore sends per request, the first included (it retries 5xx and throttling
+# itself). Given as `total_max_attempts`: botocore reads `max_attempts` in a client Config as
+# retries and adds one (botocore/args.py), so `max_attempts: 4` sent 5 calls.
+MAX_ATTEMPTS = 5
 MAX_WORKERS = 16  # concurrent calls the provider makes (CreateTags)
 # botocore model extras (`service-2.sdk-extras.json`, merged into its EC2 model for this
 # provider's session only): see read_fewer_instance_fields
@@ -103,7 +106,7 @@ class AwsClients:
     def _config(self) -> Config:
         return Config(
             region_name=self.region,
-            retries={"mode": self.options.retry_mode, "max_attempts": MAX_ATTEMPTS},
+            retries={"mode": self.options.retry_mode, "total_max_attempts": MAX_ATTEMPTS},
             max_pool_connections=MAX_WORKERS + 4,
             connect_timeout=min(10.0, self.options.api_timeout_s),
             read_timeout=self.options.api_timeout_s,

@@ -1,8 +1,10 @@
 """EC2 failures -> ErrorKind, from the error code (never the message text).
 
-`ERROR_KINDS` is the one table. A code is looked up as is, then without a `Server.` /
-`Client.` prefix, then by its family before the first dot (`InvalidAMIID.NotFound` ->
-`InvalidAMIID`). botocore's own exceptions (no answer from AWS) are looked up by class name.
+`ERROR_KINDS` is the one table, built from the rows of ec2_codes.py (every code EC2
+documents for the calls cm-scale makes, each with why). A code is looked up as is, then
+without a `Server.` / `Client.` prefix, then by its family before the first dot
+(`InvalidAMIID.NotFound` -> `InvalidAMIID`). botocore's own exceptions (no answer from AWS)
+are looked up by class name.
 """
 
 from __future__ import annotations
@@ -10,70 +12,13 @@ from __future__ import annotations
 from botocore.exceptions import BotoCoreError, ClientError
 
 from clustermgr.core.errors import ErrorKind, ProviderError
+from clustermgr.providers.aws.ec2_codes import BOTOCORE_EXCEPTIONS, EC2_CODES
 from clustermgr.providers.skeleton import Failure, Sdk, first_line
 
 SDK_ERRORS: tuple[type[BaseException], ...] = (ClientError, BotoCoreError)
 
 ERROR_KINDS: dict[str, ErrorKind] = {
-    # capacity: try another type / zone / region
-    "InsufficientInstanceCapacity": ErrorKind.CAPACITY,
-    "InsufficientCapacity": ErrorKind.CAPACITY,
-    "InsufficientHostCapacity": ErrorKind.CAPACITY,
-    "InsufficientReservedInstanceCapacity": ErrorKind.CAPACITY,
-    # a targeted capacity reservation (or its hosts) cannot hold the launch
-    "ReservationCapacityExceeded": ErrorKind.CAPACITY,
-    "InsufficientCapacityOnHost": ErrorKind.CAPACITY,
-    "Unsupported": ErrorKind.CAPACITY,  # the type is not offered in the requested zone
-    "SpotMaxPriceTooLow": ErrorKind.CAPACITY,
-    "InsufficientFreeAddressesInSubnet": ErrorKind.CAPACITY,  # another subnet may have room
-    # quota
-    "InstanceLimitExceeded": ErrorKind.QUOTA,
-    "VcpuLimitExceeded": ErrorKind.QUOTA,
-    "MaxSpotInstanceCountExceeded": ErrorKind.QUOTA,
-    "MaxSpotFleetRequestCountExceeded": ErrorKind.QUOTA,
-    # throttling
-    "RequestLimitExceeded": ErrorKind.THROTTLED,
-    "Throttling": ErrorKind.THROTTLED,
-    "ThrottlingException": ErrorKind.THROTTLED,
-    # credentials and permissions
-    "AuthFailure": ErrorKind.AUTH,
-    "UnauthorizedOperation": ErrorKind.AUTH,
-    "InvalidClientTokenId": ErrorKind.AUTH,
-    "SignatureDoesNotMatch": ErrorKind.AUTH,
-    "ExpiredToken": ErrorKind.AUTH,
-    "RequestExpired": ErrorKind.AUTH,
-    "AccessDenied": ErrorKind.AUTH,
-    "OptInRequired": ErrorKind.AUTH,
-    "NoCredentialsError": ErrorKind.AUTH,  # botocore: nothing in the credential chain
-    "PartialCredentialsError": ErrorKind.AUTH,
-    "ProfileNotFound": ErrorKind.AUTH,
-    "CredentialRetrievalError": ErrorKind.AUTH,
-    "TokenRetrievalError": ErrorKind.AUTH,
-    # the request itself is wrong
-    "InvalidParameterValue": ErrorKind.INVALID,
-    "InvalidParameterCombination": ErrorKind.INVALID,
-    "InvalidParameter": ErrorKind.INVALID,
-    "MissingParameter": ErrorKind.INVALID,
-    "InvalidAMIID": ErrorKind.INVALID,
-    "InvalidInstanceType": ErrorKind.INVALID,
-    "InvalidSubnetID": ErrorKind.INVALID,
-    "InvalidGroup": ErrorKind.INVALID,
-    "InvalidKeyPair": ErrorKind.INVALID,
-    "InvalidLaunchTemplateName": ErrorKind.INVALID,
-    "InvalidPlacementGroup": ErrorKind.INVALID,
-    "InvalidCapacityReservationId": ErrorKind.INVALID,
-    "IdempotentParameterMismatch": ErrorKind.INVALID,
-    "ParamValidationError": ErrorKind.INVALID,  # botocore: rejected before sending
-    "NoRegionError": ErrorKind.INVALID,
-    # worth another try later
-    "InternalError": ErrorKind.TRANSIENT,
-    "InternalFailure": ErrorKind.TRANSIENT,
-    "ServiceUnavailable": ErrorKind.TRANSIENT,
-    "Unavailable": ErrorKind.TRANSIENT,
-    "EndpointConnectionError": ErrorKind.TRANSIENT,
-    "ConnectTimeoutError": ErrorKind.TRANSIENT,
-    "ReadTimeoutError": ErrorKind.TRANSIENT,
-    "ConnectionClosedError": ErrorKind.TRANSIENT,
+    row.code: row.kind for row in (*EC2_CODES, *BOTOCORE_EXCEPTIONS)
 }
 
 # Instance ids that no longer exist: not an error for terminate.

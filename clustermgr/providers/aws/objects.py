@@ -15,7 +15,7 @@ from boto3.exceptions import Boto3Error
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
-from clustermgr.providers.aws.client import AwsClients
+from clustermgr.providers.aws.client import MAX_ATTEMPTS, AwsClients
 from clustermgr.providers.aws.errors import SDK_ERRORS, provider_error
 from clustermgr.providers.capabilities import (
     BucketAt,
@@ -49,7 +49,7 @@ class AwsObjectStorage:
             endpoint_url=at.endpoint_url or settings.endpoint_url,
             config=Config(
                 region_name=settings.region,
-                retries={"mode": "standard", "max_attempts": 5},
+                retries={"mode": "standard", "total_max_attempts": MAX_ATTEMPTS},
                 max_pool_connections=at.workers + 4,
             ),
         )

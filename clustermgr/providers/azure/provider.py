@@ -21,7 +21,13 @@ from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 from clustermgr.config import ProviderSettings
 from clustermgr.core.errors import ErrorKind, ProviderError
 from clustermgr.providers.azure.client import AzureClients
-from clustermgr.providers.azure.errors import SDK, SDK_ERRORS, classify, is_not_found
+from clustermgr.providers.azure.errors import (
+    SDK,
+    SDK_ERRORS,
+    classify,
+    family_quota,
+    is_not_found,
+)
 from clustermgr.providers.azure.gallery import AzureMachineImages
 from clustermgr.providers.azure.infiniband import with_accelerated_networking
 from clustermgr.providers.azure.kind import AzureOptions
@@ -327,7 +333,10 @@ class AzureProvider(CloudProvider[VmPlan]):
                     if left:
                         result.instances.extend(i for i in got if i.instance_id in left)
                         return
-                if any(e.kind is not ErrorKind.CAPACITY for o in outcomes for e in o.errors):
+                failures = [e for o in outcomes for e in o.errors]
+                if any(family_quota(e.kind, e.message) for e in failures):  # that family: next size
+                    break
+                if any(e.kind is not ErrorKind.CAPACITY for e in failures):
                     return
             result.errors.extend(replace(e, count=count) for e in skipped.errors)
 
@@ -455,6 +464,8 @@ class AzureProvider(CloudProvider[VmPlan]):
                     return outcome
                 if failure is not None:
                     outcome.errors.append(failure.launch_error(itype, zone, count=1))
+                    if family_quota(failure.kind, failure.message):  # that family: the next size
+                        break
                     if failure.kind is not ErrorKind.CAPACITY:
                         return self._give_up(names, outcome)
         return self._give_up(names, outcome)

@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from clustermgr.core.logsafe import say
 from clustermgr.providers.local.cloudinit import PRIVATE_TREES, BootPlan
 
 OVERLAID = tuple(tree for tree in PRIVATE_TREES if tree != "/run")
@@ -118,7 +119,7 @@ def boot(plan: BootPlan) -> int:
     for command in plan.runcmd:
         status = subprocess.run(command, check=False).returncode
         if status != 0:
-            print(f"cloud-init (local): runcmd {command!r} exited {status}", file=sys.stderr)
+            say(f"cloud-init (local): runcmd {command!r} exited {status}", err=True)
     return status
 
 
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return boot(plan)
     except (BootFailed, OSError) as exc:
-        print(f"cloud-init (local): boot failed: {exc}", file=sys.stderr)
+        say(f"cloud-init (local): boot failed: {exc}", err=True)
         return 1
 
 

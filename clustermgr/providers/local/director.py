@@ -25,6 +25,13 @@ with the facts the director needs; secrets travel as file paths, never as values
     staging_module = "clustermgr-staging"       # default: "clustermgr-staging"
     tls_cert_file = "/etc/clustermgr/director.pem"   # slapd offers StartTLS with it
     tls_key_file = "/etc/clustermgr/director.key"    # (both or neither; root-only key)
+    attributes = ["objectClass", "uid", ...]    # [ldap] attributes (or "uid,cn,..."):
+                                                # what clients may read (default: the
+                                                # default allow-list)
+
+slapd's database answers under `clustermgr.core.ldap_attrs.replica_access_rules`: password
+attributes to no one, the allow-list to any client, nothing else but to the cn=config
+admin, and writes by its rootdn alone (the consumer, the pull sync).
 
 The rsync daemon serves the images root twice: `rsync_module`, read only, chrooted, as
 nobody (what burst nodes pull), and, when the user data names `push_secrets`, `push_module`,
@@ -56,6 +63,12 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+from clustermgr.core.ldap_attrs import (
+    CONFIG_ADMIN,
+    DEFAULT_REPLICA_ATTRIBUTES,
+    attribute_problem,
+    replica_access_rules,
+)
 from clustermgr.providers.base import DIRECTOR_MARK, LaunchSpec, invalid
 from clustermgr.providers.local.errors import NetError
 from clustermgr.providers.local.net import NETNS_DIR, TOOL_PATH, netns_name, start_time, tool
@@ -67,7 +80,6 @@ STAGING_MODULE = "clustermgr-staging"
 SCHEMA_DIR = Path("/etc/ldap/schema")
 SCHEMAS = ("core", "cosine", "nis", "inetorgperson")
 MODULE_DIR = Path("/usr/lib/ldap")
-CONFIG_ADMIN = "cn=admin,cn=config"
 MODULE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # slapd and rsync in the namespace; the shell waits for both, so stopping it stops them.
 DIRECTOR_SCRIPT = (
@@ -97,6 +109,8 @@ class DirectorBoot:
     # slapd's certificate and key: it offers StartTLS (none: plain LDAP only)
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    # what slapd lets clients read (the [ldap] allow-list the replication copies)
+    attributes: tuple[str, ...] = DEFAULT_REPLICA_ATTRIBUTES
 
 
 def is_director_spec(spec: LaunchSpec) -> bool:
@@ -128,6 +142,7 @@ def parse_boot(spec: LaunchSpec) -> DirectorBoot:
             push_secrets=_path(data.get("push_secrets")),
             tls_cert_file=_path(data.get("tls_cert_file")),
             tls_key_file=_path(data.get("tls_key_file")),
+            attributes=_attributes(data.get("attributes")),
         )
         modules = [boot.rsync_module, boot.staging_module]
         if boot.push_secrets is not None:
@@ -158,6 +173,22 @@ def parse_boot(spec: LaunchSpec) -> DirectorBoot:
     return boot
 
 
+def _attributes(value: object) -> tuple[str, ...]:
+    """A TOML list or a comma-separated string (a template's placeholder); default when
+    absent or empty."""
+    names = value.split(",") if isinstance(value, str) else value
+    if not names:
+        return DEFAULT_REPLICA_ATTRIBUTES
+    if not isinstance(names, list):
+        raise KeyError("attributes: a list of attribute names")
+    found = tuple(str(name).strip() for name in names)
+    for name in found:
+        problem = attribute_problem(name)
+        if problem is not None:
+            raise KeyError(f"attributes: {problem}")
+    return found
+
+
 def _path(value: object) -> Path | None:
     return Path(str(value)) if value else None
 
@@ -174,6 +205,10 @@ def write_configs(workdir: Path, boot: DirectorBoot) -> tuple[Path, Path]:
     image_root.mkdir(parents=True, exist_ok=True)
     includes = "\n".join(f"include {SCHEMA_DIR / name}.schema" for name in SCHEMAS)
     conf = workdir / "slapd.conf"
+    access = "".join(
+        f"access {rule}\n"
+        for rule in replica_access_rules(boot.suffix, boot.attributes, (CONFIG_ADMIN,))
+    )
     tls = ""
     if boot.tls_cert_file is not None and boot.tls_key_file is not None:
         tls = (
@@ -185,7 +220,7 @@ def write_configs(workdir: Path, boot: DirectorBoot) -> tuple[Path, Path]:
         f'database config\nrootdn "{CONFIG_ADMIN}"\nrootpw {password}\n\n'
         f'database mdb\nsuffix "{boot.suffix}"\nrootdn "{boot.admin_dn}"\nrootpw {password}\n'
         f"directory {workdir}/data\nmaxsize 1073741824\nindex objectClass eq\n"
-        "index entryCSN,entryUUID eq\n"
+        f"index entryCSN,entryUUID eq\n{access}"
     )
     conf.chmod(0o600)
     config_dir = workdir / "slapd.d"

@@ -1,31 +1,29 @@
-"""OpenStack failures -> ErrorKind, from the HTTP status or the exception class.
+"""OpenStack failures -> ErrorKind: what Nova or Neutron raised, else the HTTP status or the
+exception class.
 
-`ERROR_KINDS` is the one table. Keys, most specific first:
+In order:
 
-- `(operation, status)`: a status that means something particular for one call. Nova
-  answers a server create with 403 both for an over-quota request (OverQuota, "Quota
-  exceeded for instances: Requested 1, but already used 10 of 10 instances") and for a
-  policy refusal of the request itself (ExternalNetworkAttachForbidden, "It is not allowed
-  to create an interface on external network ...", BootFromVolumeRequiredForZeroDiskFlavor):
-  nova/api/openstack/compute/servers.py turns both into HTTPForbidden. The message is the
-  only difference, so a 403 on "create" is QUOTA when it names a quota and INVALID
-  otherwise; a 403 anywhere else is a policy refusal (AUTH).
-- `("fault", code)`: a server that went to status ERROR, keyed by its fault `code`.
-  nova/compute/utils.py `exception_to_dict` gives every fault code 500 unless the exception
-  carries another: NoValidHost ("No valid host was found. ...") but also every build
-  failure (BuildAbortException "Build of instance ... aborted: ...", MaxRetriesExceeded
-  "Exceeded maximum number of retries. Exhausted all hosts available for retrying build
-  failures ..." after every host failed to build it: a broken image, not a full cloud).
-  So a 500 fault is CAPACITY only when its message says "No valid host was found", OTHER
-  otherwise; OverQuota/TooManyInstances (the conductor's quota recheck) is fault 413: QUOTA.
-- an HTTP status alone;
-- an exception class name (the first one found along the exception's MRO), for failures
-  that carry no status: connection errors, keystoneauth auth and catalog errors, config.
+- a Neutron answer names its exception (`{"NeutronError": {"type": ...}}`): looked up in
+  nova_neutron_codes.NEUTRON_TYPES, and reported as that code;
+- a Nova answer does not: the exception is found by the answer's status and a fixed part of
+  its message (nova_neutron_codes.NOVA_EXCEPTIONS, every row read from Nova's sources). This
+  is how a 403 on create is told apart: Nova answers HTTPForbidden both for a quota
+  (OverQuota and its kin: "Quota exceeded for instances: ...", "Maximum number of ports
+  exceeded") and for a policy refusal of the request itself (ExternalNetworkAttachForbidden,
+  BootFromVolumeRequiredForZeroDiskFlavor);
+- `ERROR_KINDS`, keys most specific first: `(operation, status)` (a 403 on "create" that is no
+  known exception is INVALID, elsewhere a 403 is a policy refusal: AUTH); an HTTP status
+  alone; an exception class name (the first found along the exception's MRO) for failures
+  without a status: connection errors, keystoneauth auth and catalog errors, config.
+
+A server that went to status ERROR is read by its fault (`fault_failure`) the same way: a
+Nova row by the fault's code and message (NoValidHost and a network without a free address
+are CAPACITY; any other build failure, MaxRetriesExceeded included, is OTHER: the node
+fails and no other flavor is tried), else `("fault", code)`.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -34,6 +32,7 @@ import requests
 from keystoneauth1 import exceptions as ksa_exceptions
 
 from clustermgr.core.errors import ErrorKind
+from clustermgr.providers.openstack.nova_neutron_codes import NEUTRON_KINDS, nova_row
 from clustermgr.providers.skeleton import Failure, Sdk, first_line
 
 SDK_ERRORS: tuple[type[BaseException], ...] = (
@@ -46,12 +45,12 @@ ErrorKey = int | str | tuple[str, int]
 
 ERROR_KINDS: dict[ErrorKey, ErrorKind] = {
     # one call's own meaning of a status
-    ("create", 403): ErrorKind.INVALID,  # a policy refusal; QUOTA when it names a quota
+    ("create", 403): ErrorKind.INVALID,  # a refusal of the request no Nova row names
     ("create", 413): ErrorKind.QUOTA,  # OverQuota from Nova before microversion 2.1
     ("create", 409): ErrorKind.TRANSIENT,  # e.g. a port / name conflict being cleaned up
     ("delete", 409): ErrorKind.TRANSIENT,  # task in progress (e.g. still building)
     # a server in status ERROR, by fault code
-    ("fault", 500): ErrorKind.OTHER,  # any build failure; CAPACITY when NO_VALID_HOST
+    ("fault", 500): ErrorKind.OTHER,  # any build failure no Nova row names
     ("fault", 413): ErrorKind.QUOTA,  # TooManyInstances from the conductor's quota recheck
     ("fault", 503): ErrorKind.TRANSIENT,  # a service was unavailable while building
     # HTTP status of any other answer
@@ -86,10 +85,8 @@ ERROR_KINDS: dict[ErrorKey, ErrorKind] = {
     "NotFoundException": ErrorKind.INVALID,  # find_*(ignore_missing=False): no such name / id
 }
 
-# The one fault message that means the cloud had nowhere to put the server (NoValidHost).
+# The fault message that means the cloud had nowhere to put the server (NoValidHost).
 NO_VALID_HOST = "No valid host was found"
-# How Nova's OverQuota and TooManyInstances name a quota (nova/exception.py msg_fmt).
-QUOTA_TEXT = re.compile(r"\bQuota exceeded\b", re.IGNORECASE)
 
 # ProviderError.code of "it does not exist": a 404 answer, or find_* finding nothing.
 NOT_FOUND_CODES = frozenset({"HTTP404", "NotFoundException"})
@@ -107,15 +104,19 @@ def http_status(exc: BaseException) -> int | None:
 def classify(exc: BaseException, operation: str = "") -> Failure:
     """What kind of failure `exc` is, for the call `operation` ("create", "delete", ...)."""
     status = http_status(exc)
-    kind: ErrorKind | None = None
-    if status is not None:
-        kind = ERROR_KINDS.get((operation, status)) or ERROR_KINDS.get(status)
-    if operation == "create" and status == 403 and QUOTA_TEXT.search(short_message(exc)):
-        kind = ErrorKind.QUOTA
     names = [klass.__name__ for klass in type(exc).__mro__]
+    code = f"HTTP{status}" if status is not None else names[0]
+    kind: ErrorKind | None = None
+    neutron = neutron_type(exc)
+    if neutron in NEUTRON_KINDS:
+        kind, code = NEUTRON_KINDS[neutron], neutron
+    elif status is not None and not neutron:
+        row = nova_row(status, _full_message(exc))
+        kind = row.kind if row is not None else None
+    if kind is None and status is not None:
+        kind = ERROR_KINDS.get((operation, status)) or ERROR_KINDS.get(status)
     if kind is None:
         kind = next((ERROR_KINDS[n] for n in names if n in ERROR_KINDS), None)
-    code = f"HTTP{status}" if status is not None else names[0]
     return Failure(kind or ErrorKind.OTHER, code, short_message(exc), status, _retry_after(exc))
 
 
@@ -124,12 +125,33 @@ def fault_failure(fault: Mapping[str, Any] | None) -> Failure:
     fault = fault or {}
     code = fault.get("code")
     number = code if isinstance(code, int) else None
-    kind = ERROR_KINDS.get(("fault", number)) if number is not None else None
     message = str(fault.get("message") or "server went to ERROR without a fault")
-    if number == 500 and message.startswith(NO_VALID_HOST):
-        kind = ErrorKind.CAPACITY
+    row = nova_row(number, message) if number is not None else None
+    kind = row.kind if row is not None else None
+    if kind is None and number is not None:
+        kind = ERROR_KINDS.get(("fault", number))
     label = f"ServerFault{number}" if number is not None else "ServerError"
     return Failure(kind or ErrorKind.OTHER, label, first_line(message), number)
+
+
+def neutron_type(exc: BaseException) -> str:
+    """The exception class Neutron names in its answer ("" for any other answer)."""
+    response = getattr(exc, "response", None)
+    if response is None or "json" not in str(getattr(response, "headers", {}).get("Content-Type")):
+        return ""
+    try:
+        body = response.json()
+    except ValueError:
+        return ""
+    error = body.get("NeutronError") if isinstance(body, dict) else None
+    found = error.get("type") if isinstance(error, dict) else None
+    return found if isinstance(found, str) else ""
+
+
+def _full_message(exc: BaseException) -> str:
+    """The service's whole message (Nova's `details`), not cut to one line."""
+    details = getattr(exc, "details", None)
+    return str(details) if details else str(getattr(exc, "message", "") or exc)
 
 
 def check_answer(response: Any) -> Any:
