@@ -128,13 +128,15 @@ class _Handler(socketserver.BaseRequestHandler):
     def _serve(self, timeout_s: float) -> dict[str, Any]:
         service = self.server.service
         reader = _DeadlineReader(self.request, timeout_s)
-        if not reader.peek():
-            raise _Hungup
         if isinstance(self.server, _UnixServer):
+            if not reader.peek():
+                raise _Hungup
             body = reader.readline(wire.MAX_LINE + 1)
             return service.answer(peer_of(self.request), wire.decode(body, "request"))
         self.request.settimeout(timeout_s)
-        self.request.sendall(channel.proof(self.server.certificate))
+        self.request.sendall(channel.proof(self.server.certificate))  # the client waits for it
+        if not reader.peek():
+            raise _Hungup
         credential = reader.readline(CREDENTIAL_LINE)
         body = reader.readline(wire.MAX_LINE + 1)
         caller = wire.check_credential(credential.strip(), body, service.max_age_s)
