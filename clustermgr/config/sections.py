@@ -204,6 +204,16 @@ class StagingSettings(StrictModel):
     listen: str = Field("", pattern=r"^$|^[^\s:]+:[0-9]{1,5}$")
     service: str = Field("", pattern=r"^$|^[^\s:]+:[0-9]{1,5}$")
     credential_max_age_s: float = Field(60.0, gt=0, le=300)  # older MUNGE credentials refused
+    # what one caller can hold of the service (docs/staging.md "Limits"): a connection must
+    # deliver its whole request within request_timeout_s; a caller (a uid on the socket, an
+    # address over TCP) holds at most max_connections_per_caller at once, everyone together
+    # max_connections; past either, or with fewer than descriptor_reserve descriptors left
+    # to cm-scale (its cycle, heartbeat and hooks), a connection is closed at once
+    request_timeout_s: float = Field(10.0, gt=0, le=300)
+    max_connections: int = Field(256, ge=1, le=4096)
+    max_connections_per_caller: int = Field(16, ge=1, le=4096)
+    descriptor_reserve: int = Field(256, ge=16)
+    backlog: int = Field(128, ge=1, le=65535)  # listen(2) queue of each door
     # a transfer whose region's director is not READY waits for it this long, asking again
     # every director_poll_s (its row `waiting`, its region demand for the director)
     director_wait_s: float = Field(3600.0, ge=0)
@@ -215,6 +225,15 @@ class StagingSettings(StrictModel):
     @classmethod
     def _data_mover_partition(cls, partition: str) -> str:
         return slurm_name(partition)
+
+    @model_validator(mode="after")
+    def _caps(self) -> StagingSettings:
+        if self.max_connections_per_caller > self.max_connections:
+            raise ValueError(
+                f"max_connections_per_caller ({self.max_connections_per_caller}) is above "
+                f"max_connections ({self.max_connections})"
+            )
+        return self
 
     def region(self, provider: str | None) -> StagingRegionSettings:
         if not self.regions:

@@ -89,6 +89,7 @@ class StateLab:
     env: dict[str, str]
     log: Path
     daemon: subprocess.Popen[bytes] | None = None
+    nofile: int | None = None  # cm-scale's RLIMIT_NOFILE (default: the test's own)
 
     @property
     def spool(self) -> Path:
@@ -110,8 +111,9 @@ class StateLab:
 
     def start(self) -> None:
         handle = self.log.open("ab")
+        limit = ["prlimit", f"--nofile={self.nofile}", "--"] if self.nofile else []
         self.daemon = subprocess.Popen(
-            [str(BIN / "cm-scale"), "--skip-slurm-check", "--config", str(self.config)],
+            [*limit, str(BIN / "cm-scale"), "--skip-slurm-check", "--config", str(self.config)],
             stdout=handle,
             stderr=subprocess.STDOUT,
             env=self.env,
@@ -163,7 +165,11 @@ class StateLab:
 
 
 @contextlib.contextmanager
-def state_lab(slurm_user: str, admin_group: str) -> Iterator[StateLab]:
+def state_lab(
+    slurm_user: str, admin_group: str, extra_config: str = "", nofile: int | None = None
+) -> Iterator[StateLab]:
+    """cm-scale running on a fresh layout; `extra_config` is appended to its file, `nofile`
+    sets its descriptor limit (soft and hard)."""
     base = Path(tempfile.mkdtemp(prefix="cmsec-state-", dir="/var/tmp"))
     base.chmod(0o711)  # as /var/lib: others traverse, never list
     fake = FakeAws().start()
@@ -194,10 +200,11 @@ def state_lab(slurm_user: str, admin_group: str) -> Iterator[StateLab]:
                 interval=INTERVAL_S,
                 admin_group=admin_group,
             )
+            + extra_config.format(base=base)
         )
         config.chmod(0o644)  # no secret in it; the hooks (SlurmUser) read it
         env["CLUSTERMGR_CONFIG"] = str(config)
-        lab = StateLab(base, config, state, fake, env, base / "cm-scale.log")
+        lab = StateLab(base, config, state, fake, env, base / "cm-scale.log", nofile=nofile)
         upgraded = lab.clustermgr("db", "upgrade")
         assert upgraded.returncode == 0, upgraded.stderr
         lab.start()
