@@ -212,9 +212,11 @@ def test_a_frozen_leader_is_replaced_when_its_lease_runs_out_and_writes_nothing_
     config = tmp_path / "c0.toml"
     start_at = time.time()
     assert wait_for(lambda: source_of(leader) in actors_since(database, start_at), 10)
+    both = {leader.pid: "leader", standby.pid: "standby"}
+    # the standby's first heartbeat row may come a moment after the leader's first cycle
+    assert wait_for(lambda: roles(status(config)[1]) == both, 20), status(config)
     code, shown = status(config)
     assert code == 0 and shown["daemon"]["pid"] == leader.pid
-    assert roles(shown) == {leader.pid: "leader", standby.pid: "standby"}
     os.kill(leader.pid, signal.SIGSTOP)
     frozen_at = time.time()
     try:
