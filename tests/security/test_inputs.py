@@ -152,3 +152,23 @@ def test_a_user_s_hostile_job_does_not_stop_the_queue_read(site: Site, accounts:
     [skipped] = [line for line in lines if "skipped" in line]
     assert "squeue pending line 3 (job 103) skipped: cannot parse" in skipped
     assert "\u2028" not in done.stderr and "\x1c" not in done.stderr
+
+
+HOSTILE_FEATURE = "gpu\x1b]0;owned\x07\x1b[2J\x1b]52;c;ZWNobyBwd25lZA==\x07\u202egpj"
+
+
+def test_a_user_s_hostile_job_reaches_the_admins_dry_run_escaped(
+    site: Site, accounts: Accounts
+) -> None:
+    """What a user's job carries (its Feature, as squeue prints it) reaches root's terminal
+    in `clustermgr policy dry-run`, text and JSON: escaped, never raw, and still visible."""
+    job = pending("201", ATTACKER, feature=HOSTILE_FEATURE, tres="cpu=1,node=1")
+    stand_in_slurm(site.bin_dir, job.replace("gres:gpu:1", "N/A") + "\n")
+    for extra in ([], ["--json"]):
+        done = site.run("clustermgr", "policy", "dry-run", *extra)
+        assert done.returncode == 0, done.stderr
+        shown = done.stdout + done.stderr
+        raw = [c for c in shown if (ord(c) < 0x20 and c not in "\n") or c in "\x7f\u202e"]
+        assert raw == [], repr(shown)
+        assert "job 201" in done.stdout and "needs features" in done.stdout, done.stdout
+        assert ("\\u001b" if extra else "\\x1b") in done.stdout  # shown, as an escape
