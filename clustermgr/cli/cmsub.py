@@ -101,6 +101,8 @@ def _status(argv: list[str]) -> None:
     if not job.isdigit():
         raise UsageError(f"cmsub: --status {job!r}: give a Slurm job id")
     settings = AppContext(config_path=None, db_url=None).settings()
+    if not settings.staging.regions:  # no service runs for it: nothing to ask
+        raise UsageError("cmsub: staging is not configured on this cluster (no [staging] regions)")
     rows = client.call(settings.staging, "status", job=job)["transfers"]
     if not rows:
         raise UsageError(f"cmsub: none of your cmsub chains holds job {job}")
