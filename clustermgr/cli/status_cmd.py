@@ -129,6 +129,8 @@ def collect_status(app: AppContext) -> dict[str, Any]:
     seen = leader or next((d for d in daemons if d["last_cycle_at"] is not None), None)
     for head in daemons:
         head["reload_refused"] = refused.get(head["id"])
+        if head["config"] is not None:
+            head["config"]["digest_now"] = digest_here(head)
     heads = [d for d in daemons if d["role"] not in ("once", "stopped")]
     problem = health_problem(leader, heads, lease, stale_s)
     return {
@@ -201,6 +203,20 @@ def health_problem(
             f"old ({newest['host']} pid {newest['pid']}, stale after {stale_s:g} s)"
         )
     return "cm-scale is not running: no head has a heartbeat"
+
+
+def digest_here(head: dict[str, Any]) -> str | None:
+    """The digest of the head's configuration file as it is now, when that head runs on
+    this host and the file can be read here (None otherwise)."""
+    import socket
+    from pathlib import Path
+
+    from clustermgr.runtime.pair import config_digest
+
+    if head["host"] != socket.gethostname():
+        return None
+    digest = config_digest(Path(head["config"]["path"]))
+    return None if digest.startswith("unreadable-") else digest
 
 
 def refused_reload(session: Session, daemon_id: str) -> dict[str, Any] | None:
@@ -443,6 +459,11 @@ def config_lines(head: dict[str, Any]) -> list[str]:
     refused = head["reload_refused"]
     if refused is not None:
         lines.append(f"RELOAD REFUSED at {refused['at']:%Y-%m-%d %H:%M:%S}: {refused['message']}")
+    elif config is not None and config["digest_now"] not in (None, config["digest"]):
+        lines.append(
+            f"config: the file has changed since it was loaded (now sha256:"
+            f"{config['digest_now']}): reload cm-scale (SIGHUP) to apply it"
+        )
     return lines
 
 

@@ -257,6 +257,15 @@ def test_failing_cycles_are_errors_counted_in_status_and_check_says_which(site: 
         10,
     )
     assert "RELOAD REFUSED" not in site.cli("status").stdout
+    # changed on disk, not reloaded: status says the file is not what runs
+    site.config.write_text(good.replace("reconcile_interval_s = 600", "reconcile_interval_s = 200"))
+    on_disk = hashlib.sha256(site.config.read_bytes()).hexdigest()[:16]
+    shown_text = site.cli("status").stdout
+    assert f"config: {site.config} sha256:{new_digest}, loaded " in shown_text, shown_text
+    assert (
+        f"config: the file has changed since it was loaded (now sha256:{on_disk}): reload "
+        "cm-scale (SIGHUP) to apply it"
+    ) in shown_text, shown_text
 
     # the cycles that did nothing are hidden from the cluster's events, and counted
     events = site.cli("events", "--cluster")
