@@ -3,6 +3,8 @@ stage-out jobs as the job's user. It asks the staging service for its plan (the 
 checks the transfer is this user's), moves and verifies the data with the user's own
 rights, and reports the result through the same channel. Then
 
+- a stage-out writes beside its targets and moves the verified results into place
+  (`landing.py`: a fresh `DEST/<jobid>/`, `--overwrite`, or a failed job's `.partial`);
 - after a failed stage-in, it cancels the chain's job and stage-out (`scancel` as the
   user: Slurm lets a user cancel only their own jobs); the reason is on the records;
 - after a stage-out that verified everything, it removes the staging areas the service
