@@ -13,17 +13,15 @@ import sys
 import tempfile
 import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-import psycopg
 import pytest
 
 from clustermgr.workload.hooks import read_requests, spool_writers
 from tests.conftest import cannot_run
 from tests.labs.slurmlab import NodeGroup, Partition, SlurmLab
-from tests.services.postgres import PrivatePostgres
+from tests.services.postgres import PrivatePostgres, role_with_password
 
 BIN = Path(sys.executable).parent
 SLURM_USER = "slurm"
@@ -101,46 +99,24 @@ def lab(tmp_path: Path) -> Iterator[SlurmLab]:
         yield running
 
 
-@contextmanager
-def _require_password(server: PrivatePostgres, role: str) -> Iterator[None]:
-    """The server asks `role` (and only it) for its password over TCP; restored afterwards."""
-    hba = server.workdir / "data" / "pg_hba.conf"
-    before = hba.read_text()
-    hba.write_text(f"host all {role} 127.0.0.1/32 scram-sha-256\n{before}")
-    with psycopg.connect(server.dsn(), autocommit=True) as conn:
-        conn.execute("SELECT pg_reload_conf()")
-    try:
-        yield
-    finally:
-        hba.write_text(before)
-        with psycopg.connect(server.dsn(), autocommit=True) as conn:
-            conn.execute("SELECT pg_reload_conf()")
-
-
 @pytest.fixture
 def site(postgres_server: PrivatePostgres, lab: SlurmLab) -> Iterator[Site]:
-    role = f"cmpw_{uuid.uuid4().hex[:10]}"
-    with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
-        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{PASSWORD}'")
-        conn.execute(f"CREATE DATABASE {role} OWNER {role}")
     top = Path(tempfile.mkdtemp(prefix="cm-pwsite-", dir="/tmp"))
     top.chmod(0o755)
     password_file = top / "db.password"
     password_file.write_text(PASSWORD + "\n")
     password_file.chmod(0o600)
-    url = f"postgresql+psycopg://{role}@{postgres_server.host}:{postgres_server.port}/{role}"
     env = {**os.environ, **lab.env}
     env.pop("CLUSTERMGR_DB", None)
-    site = Site(top, top / "clustermgr.toml", password_file, url, env)
-    site.write_config(f'password_file = "{password_file}"')
     try:
-        with _require_password(postgres_server, role):
+        with role_with_password(postgres_server, PASSWORD) as role:
+            host, port = postgres_server.host, postgres_server.port
+            url = f"postgresql+psycopg://{role}@{host}:{port}/{role}"
+            site = Site(top, top / "clustermgr.toml", password_file, url, env)
+            site.write_config(f'password_file = "{password_file}"')
             yield site
     finally:
         shutil.rmtree(top, ignore_errors=True)
-        with psycopg.connect(postgres_server.dsn(), autocommit=True) as conn:
-            conn.execute(f"DROP DATABASE IF EXISTS {role} WITH (FORCE)")
-            conn.execute(f"DROP ROLE IF EXISTS {role}")
 
 
 def test_the_password_only_in_its_file_upgrade_cycle_and_check(site: Site) -> None:

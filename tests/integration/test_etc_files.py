@@ -33,6 +33,33 @@ def test_systemd_unit_verifies(tmp_path: Path) -> None:
     assert done.returncode == 0 and not problems, done.stdout + done.stderr
 
 
+def test_the_units_credential_line_verifies_and_names_the_documented_file(
+    tmp_path: Path,
+) -> None:
+    """The commented LoadCredential= line (docs/security.md, "The database password") is a
+    valid unit setting once uncommented, naming the file and credential the docs give."""
+    analyze = shutil.which("systemd-analyze")
+    if analyze is None:
+        cannot_run("systemd-analyze is not installed")
+    unit = (REPO / "etc" / "systemd" / "cm-scale.service").read_text()
+    line = "#LoadCredential=db-password:/etc/clustermgr/db.password\n"
+    assert line in unit
+    local = unit.replace(line, line[1:]).replace(
+        "/usr/local/bin/cm-scale", str(Path(sys.executable).with_name("cm-scale"))
+    )
+    path = tmp_path / "cm-scale.service"
+    path.write_text(local)
+    done = subprocess.run(
+        [analyze, "verify", str(path)], capture_output=True, text=True, timeout=60, check=False
+    )
+    problems = [
+        line
+        for line in (done.stdout + done.stderr).splitlines()
+        if "cm-scale.service" in line and "Documentation" not in line
+    ]
+    assert done.returncode == 0 and not problems, done.stdout + done.stderr
+
+
 def test_slurm_example_is_what_slurm_conf_prints() -> None:
     shipped = (REPO / "etc" / "slurm" / "clustermgr-cloud.conf").read_text()
     generated = "\n".join(render_slurm_conf(load_settings(EXAMPLE_CONFIG)))
