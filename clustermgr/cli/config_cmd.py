@@ -161,8 +161,9 @@ def warn_slurm_mismatches(app: AppContext, what: str) -> None:
 
 
 def cached_types(app: AppContext) -> list[InstanceTypeRow]:
-    """The cached catalog rows, or none when there is no usable database."""
-    from clustermgr.core.errors import DatabaseError
+    """The cached catalog rows, or none when there is no usable database (a password that
+    cannot be read is one of config check's warnings)."""
+    from clustermgr.core.errors import ConfigError, DatabaseError
     from clustermgr.providers.catalog import cached_catalog
 
     try:
@@ -171,5 +172,5 @@ def cached_types(app: AppContext) -> list[InstanceTypeRow]:
             return []
         with database.session() as session:
             return cached_catalog(session)
-    except DatabaseError:
+    except (DatabaseError, ConfigError):
         return []

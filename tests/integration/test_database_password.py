@@ -145,6 +145,11 @@ def test_the_password_only_in_its_file_upgrade_cycle_and_check(site: Site) -> No
         f"clustermgr: error: [database] password_file {site.password_file} is readable by "
         f"group or others (mode 0640): chmod 600 {site.password_file}"
     )
+    warned = site.clustermgr("config", "check", "--no-slurm")  # the same, as a warning
+    assert warned.returncode == 0, warned.stderr
+    assert f"readable by group or others (mode 0640): chmod 600 {site.password_file}" in (
+        warned.stderr
+    )
 
 
 def test_the_hooks_read_the_config_as_slurm_user_and_never_the_password(site: Site) -> None:
