@@ -377,10 +377,12 @@ class AdvisoryLock:
             "host": parsed.host,
             "port": str(parsed.port or 5432),
             "user": parsed.username,
-            "password": password.reveal() if password is not None else parsed.password,
             "dbname": parsed.database,
         }
         self.conninfo: dict[str, str] = {k: str(v) for k, v in parts.items() if v}
+        # the password ([database] password_file, or the URL's own) stays masked until connect
+        inline = Secret(parsed.password) if parsed.password else None
+        self.password: Secret | None = password or inline
         self.key: int | None = None  # read from the database at the first attempt
         self._conn: Any = None
         self._held = False
@@ -394,7 +396,11 @@ class AdvisoryLock:
         self.drop()
         try:
             conn = psycopg.connect(
-                make_conninfo(**self.conninfo, application_name=daemon_application_name()),
+                make_conninfo(
+                    **self.conninfo,
+                    **({"password": self.password.reveal()} if self.password else {}),
+                    application_name=daemon_application_name(),
+                ),
                 autocommit=True,
                 connect_timeout=5,
             )

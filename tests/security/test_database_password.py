@@ -51,6 +51,17 @@ class Head:
     daemon: subprocess.Popen[bytes]
     log: Path
 
+    def advisory_locks(self) -> int:
+        """Advisory locks the role's sessions hold: the leader's session lock, on a
+        connection of its own (runtime/leader.py AdvisoryLock), made with the password too."""
+        with psycopg.connect(self.server.dsn(), autocommit=True) as conn:
+            row = conn.execute(
+                "SELECT count(*) FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid "
+                "WHERE l.locktype = 'advisory' AND l.granted AND a.usename = %s",
+                (self.role,),
+            ).fetchone()
+        return int(row[0]) if row else 0
+
     def leader(self) -> str | None:
         with psycopg.connect(self.server.dsn(self.role), autocommit=True) as conn:
             row = conn.execute("SELECT holder FROM leader_lease WHERE id = 1").fetchone()
@@ -106,6 +117,7 @@ def test_a_user_cannot_read_the_database_password_nor_make_anything_print_it(
     mallory = accounts.attacker.name
     env = {"CLUSTERMGR_CONFIG": str(head.config), "HOME": accounts.attacker.home}
     assert head.leader()  # cm-scale leads: it connected with the password from its file
+    assert head.advisory_locks() == 1
 
     peek = as_user(mallory, ["cat", str(head.password_file)])
     assert peek.returncode != 0 and "Permission denied" in peek.stderr
