@@ -48,7 +48,7 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
     path = config_path(app.config_path)
     slots = sum(len(t.node_names) for t in settings.templates)
     chain = [ref.name for ref in settings.policy.chain]
-    warnings = [*exposed_secret_files(settings, path)]
+    warnings = [*exposed_secret_files(settings, path), *database_password_warnings(settings)]
     warnings += settings.ldap.clear_text_warnings() if settings.ldap else []
     from clustermgr.providers.catalog import offered_by_rows, unfit_fabrics, unoffered_types
 
@@ -86,6 +86,24 @@ def check(app: AppContext, no_slurm: bool, as_json: bool) -> None:
         raise SystemExit(2)
     if not no_slurm:
         echo("slurm: running configuration matches the templates")
+
+
+def database_password_warnings(settings: Settings) -> list[str]:
+    """Why the password [database] keeps apart cannot be read here (what cm-scale would
+    refuse to start with), one line naming the place; none when it reads, or when the
+    config's URL is not the one used."""
+    import os
+
+    from clustermgr.config.dbpassword import read_database_password
+    from clustermgr.core.errors import ConfigError
+
+    if os.environ.get("CLUSTERMGR_DB"):
+        return []
+    try:
+        read_database_password(settings.database)
+    except ConfigError as exc:
+        return [f"warning: {exc}"]
+    return []
 
 
 def check_provider_sdks(settings: Settings) -> None:
@@ -143,8 +161,9 @@ def warn_slurm_mismatches(app: AppContext, what: str) -> None:
 
 
 def cached_types(app: AppContext) -> list[InstanceTypeRow]:
-    """The cached catalog rows, or none when there is no usable database."""
-    from clustermgr.core.errors import DatabaseError
+    """The cached catalog rows, or none when there is no usable database (a password that
+    cannot be read is one of config check's warnings)."""
+    from clustermgr.core.errors import ConfigError, DatabaseError
     from clustermgr.providers.catalog import cached_catalog
 
     try:
@@ -153,5 +172,5 @@ def cached_types(app: AppContext) -> list[InstanceTypeRow]:
             return []
         with database.session() as session:
             return cached_catalog(session)
-    except DatabaseError:
+    except (DatabaseError, ConfigError):
         return []

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from clustermgr.config import Settings
+    from clustermgr.core.secret import Secret
     from clustermgr.db.database import Database
 
 
@@ -43,10 +44,10 @@ class AppContext:
         if self._db is None:
             from clustermgr.db.database import Database
 
-            url, timeout = self._database_url(validate_config)
+            url, timeout, password = self._database_url(validate_config)
             if check_schema:
                 _refuse_missing_sqlite(url)
-            self._db = Database(url, timeout, self.pool_size)
+            self._db = Database(url, timeout, self.pool_size, password)
         if check_schema:
             self._db.require_current_schema()
         return self._db
@@ -60,16 +61,18 @@ class AppContext:
 
             from sqlalchemy import make_url
 
-            url, _ = self._database_url(validate_config=True)
+            url, _, _ = self._database_url(validate_config=True)
             parsed = make_url(url)
             if parsed.get_backend_name() == "sqlite" and not Path(parsed.database or "").exists():
                 return None
         return self.database()
 
-    def _database_url(self, validate_config: bool) -> tuple[str, float]:
+    def _database_url(self, validate_config: bool) -> tuple[str, float, Secret | None]:
+        """The URL, the busy timeout, and the password when [database] keeps it apart (read
+        only when the config's URL is the one used: --db and $CLUSTERMGR_DB carry their own)."""
         from clustermgr.db.database import resolve_db_url
 
-        config_url, timeout = None, 30.0
+        config_url, timeout, password = None, 30.0, None
         if not (self.db_url or os.environ.get("CLUSTERMGR_DB")) or self._settings:
             # the config is read only when it decides the URL (or is loaded anyway)
             plain = None if validate_config or self._settings else self._plain_database()
@@ -80,7 +83,12 @@ class AppContext:
                 if settings is not None:
                     config_url = settings.database.url
                     timeout = settings.database.busy_timeout_s
-        return resolve_db_url(self.db_url, config_url), timeout
+        url = resolve_db_url(self.db_url, config_url)
+        if config_url is not None and url == config_url and self._settings is not None:
+            from clustermgr.config.dbpassword import read_database_password
+
+            password = read_database_password(self._settings.database)
+        return url, timeout, password
 
     def _plain_database(self) -> tuple[str | None, float] | None:
         """[database] url and busy_timeout_s straight from the TOML (no pydantic import, ~0.1 s)

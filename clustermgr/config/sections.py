@@ -13,18 +13,55 @@ from clustermgr.core.errors import ConfigError
 from clustermgr.core.install import installed_program
 
 
+def url_has_password(url: str | None) -> bool:
+    """Whether a database URL carries a password (one that does not parse carries none)."""
+    if not url:
+        return False
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        return bool(make_url(url).password)
+    except ArgumentError:
+        return False
+
+
 class ClusterSettings(StrictModel):
     name: str = Field("cluster", pattern=NAME_PATTERN)
     head_address: str = ""
 
 
+CREDENTIAL_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]*$"  # systemd's credential names, without '/'
+
+
 class DatabaseSettings(StrictModel):
     url: str | None = None
+    # the password, kept out of this file (the hooks, SlurmUser, read it): a root-only file
+    # (its first line), or a systemd credential ($CREDENTIALS_DIRECTORY/<name>, which the
+    # unit's LoadCredential= provides); with both, the credential when cm-scale's unit gives
+    # it, else the file (root's CLI). Read when the database is opened (config/dbpassword.py)
+    password_file: Path | None = None
+    password_credential: str | None = Field(None, pattern=CREDENTIAL_NAME)
     busy_timeout_s: float = Field(30.0, gt=0)
     # node transitions, cluster events and spent launch request ids older than this go
     # (cm-scale prunes every prune_interval_s; `clustermgr db prune` at once); cost records stay
     retention_days: float = Field(180.0, gt=0)
     prune_interval_s: float = Field(6 * 3600.0, gt=0)
+
+    @model_validator(mode="after")
+    def _one_password_place(self) -> DatabaseSettings:
+        if self.password_file is not None and not self.password_file.is_absolute():
+            raise ValueError("password_file: an absolute path")
+        if self.password_file is None and self.password_credential is None:
+            return self
+        if not self.url:
+            raise ValueError("password_file/password_credential: set url (a PostgreSQL URL)")
+        if url_has_password(self.url):
+            raise ValueError(
+                "url carries a password and password_file/password_credential gives one too: "
+                "drop the password from the url"
+            )
+        return self
 
 
 class SlurmSettings(StrictModel):

@@ -24,6 +24,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from clustermgr.core import progress_marks
 from clustermgr.core.errors import ConfigError, DatabaseError, SchemaOutOfDateError
+from clustermgr.core.secret import Secret
 
 # The newest migration's revision, checked without importing Alembic so the CLI and the
 # Slurm hooks start fast. tests/integration/test_database.py keeps it equal to the head.
@@ -73,9 +74,15 @@ DAEMON_CONNECTIONS = DAEMON_POOL_SIZE + 1
 POOL_WAIT_S = 30.0
 
 
-def make_engine(url: str, busy_timeout_s: float = 30.0, pool_size: int | None = None) -> Engine:
+def make_engine(
+    url: str,
+    busy_timeout_s: float = 30.0,
+    pool_size: int | None = None,
+    password: Secret | None = None,
+) -> Engine:
     """`pool_size` bounds a PostgreSQL pool (no overflow): the daemon's; the CLI's default
-    pool opens one connection at a time."""
+    pool opens one connection at a time. `password` (from [database] password_file or
+    password_credential) joins the URL only inside the engine: `url` and messages never hold it."""
     try:
         parsed = make_url(url)
     except ArgumentError:
@@ -83,6 +90,8 @@ def make_engine(url: str, busy_timeout_s: float = 30.0, pool_size: int | None = 
             f"database URL {url.split(':', 1)[0]}:... is not a SQLAlchemy URL "
             "(expected sqlite:///PATH or postgresql+psycopg://USER@HOST/DB)"
         ) from None
+    if password is not None:
+        parsed = parsed.set(password=password.reveal())
     connect_args: dict[str, Any] = {}
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
@@ -204,9 +213,16 @@ class Database:
     just before its commit, in that transaction: the daemon's writes, checked against the
     leader lease (runtime/leader.py), so a leader that lost it writes nothing."""
 
-    def __init__(self, url: str, busy_timeout_s: float = 30.0, pool_size: int | None = None):
-        self.url = url
-        self.engine = make_engine(url, busy_timeout_s, pool_size)
+    def __init__(
+        self,
+        url: str,
+        busy_timeout_s: float = 30.0,
+        pool_size: int | None = None,
+        password: Secret | None = None,
+    ):
+        self.url = url  # as configured: without a password kept apart
+        self.password = password
+        self.engine = make_engine(url, busy_timeout_s, pool_size, password)
         self._sessions = sessionmaker(self.engine, expire_on_commit=False)
         self._fence: Callable[[Session], None] | None = None
 

@@ -41,6 +41,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from clustermgr.core.errors import DatabaseError
+from clustermgr.core.secret import Secret
 from clustermgr.db.database import Database, daemon_application_name, describe_db_error
 from clustermgr.db.models import LeaderLease
 from clustermgr.runtime.statedir import LEADER_DIR
@@ -370,16 +371,18 @@ class AdvisoryLock:
     """PostgreSQL's session lock: an advisory lock on a connection of its own, freed by the
     server when that session ends. Its key is random, made by migration 0009."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, password: Secret | None = None):
         parsed = make_url(url)
         parts = {
             "host": parsed.host,
             "port": str(parsed.port or 5432),
             "user": parsed.username,
-            "password": parsed.password,
             "dbname": parsed.database,
         }
         self.conninfo: dict[str, str] = {k: str(v) for k, v in parts.items() if v}
+        # the password ([database] password_file, or the URL's own) stays masked until connect
+        inline = Secret(parsed.password) if parsed.password else None
+        self.password: Secret | None = password or inline
         self.key: int | None = None  # read from the database at the first attempt
         self._conn: Any = None
         self._held = False
@@ -393,7 +396,11 @@ class AdvisoryLock:
         self.drop()
         try:
             conn = psycopg.connect(
-                make_conninfo(**self.conninfo, application_name=daemon_application_name()),
+                make_conninfo(
+                    **self.conninfo,
+                    **({"password": self.password.reveal()} if self.password else {}),
+                    application_name=daemon_application_name(),
+                ),
                 autocommit=True,
                 connect_timeout=5,
             )
@@ -452,7 +459,7 @@ def make_lock(database: Database, name: str, lease_s: float, state_dir: Path) ->
     session_lock: SessionLock
     url = make_url(database.url)
     if database.engine.dialect.name == "postgresql":
-        session_lock = AdvisoryLock(database.url)
+        session_lock = AdvisoryLock(database.url, database.password)
     elif url.database and url.database != ":memory:" and not url.database.startswith("file:"):
         session_lock = FileLock(Path(url.database).parent / LEADER_DIR / LOCK_FILE)
     else:

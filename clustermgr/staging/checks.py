@@ -28,10 +28,13 @@ class StageIn:
 
 @dataclass(frozen=True)
 class StageOut:
-    """A checked stage-out: a relative path in the area, an absolute on-prem destination."""
+    """A checked stage-out: a relative path in the area, and the absolute on-prem directory
+    its results go into (a directory SRC's contents, a file SRC by its name): a fresh
+    `dest/<jobid>/`, or `dest` itself with `overwrite` (staging/landing.py)."""
 
     source: str
     dest: Path
+    overwrite: bool = False
 
 
 @dataclass(frozen=True)
@@ -97,16 +100,23 @@ def check_stage_in(item: StageItem, cwd: Path) -> StageIn:
     return StageIn(source, dest, is_dir)
 
 
-def check_stage_out(item: StageItem, cwd: Path) -> StageOut:
+def check_stage_out(item: StageItem, cwd: Path, *, overwrite: bool = False) -> StageOut:
+    """DEST is a directory (made at stage-out if missing, in an existing one): an existing
+    file there would be overwritten, so it is refused, naming it."""
     what = item.describe("out")
     source = area_path(item.source, f"cmsub: {what}: SRC")
     dest = Path(os.path.abspath(cwd / (item.dest or PurePosixPath(source).name)))
+    if os.path.lexists(dest) and not dest.is_dir():
+        raise UsageError(
+            f"cmsub: {what}: DEST {str(dest)!r} is an existing file; DEST is the directory "
+            "the results go into (DEST/<jobid>/): name a directory"
+        )
     parent = dest if dest.is_dir() else dest.parent
     if not parent.is_dir():
         raise UsageError(f"cmsub: {what}: DEST directory {str(parent)!r} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK):
         raise UsageError(f"cmsub: {what}: you cannot write to {str(parent)!r} (permission denied)")
-    return StageOut(source, dest)
+    return StageOut(source, dest, overwrite)
 
 
 def estimate(stage_in: list[StageIn]) -> Estimate:

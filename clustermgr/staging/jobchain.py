@@ -4,7 +4,8 @@
    cannot fail before the jobs that depend on it exist;
 2. the user's job, `--dependency=afterok:<stage-in>`, pinned to the region's partition and
    features, with `CMSUB_STAGE_DIR` in its environment;
-3. stage-out: `--dependency=afterany:<job>`, on the data-mover partition;
+3. stage-out: `--dependency=afterany:<job>`, on the data-mover partition: it runs however
+   the job ended, and brings a failed job's results back marked partial (`job_ended_well`);
 then the stage-in is released. A failing submission cancels what was already submitted.
 """
 
@@ -124,3 +125,21 @@ def submit(bin_dir: Path, args: ChainArgs, timeout: float) -> ChainIds:
 
 def release(bin_dir: Path, job_id: str, timeout: float) -> None:
     _slurm(bin_dir, "scontrol", ["release", job_id], timeout)
+
+
+def job_ended_well(bin_dir: Path, job_id: str, timeout: float) -> bool | None:
+    """Whether the job (every task of an array) ended COMPLETED, as `scontrol show job`
+    says; None when Slurm no longer knows it (or cannot be asked)."""
+    try:
+        shown = _slurm(bin_dir, "scontrol", ["show", "job", "-o", job_id], timeout)
+    except WorkloadError:
+        return None
+    states = [
+        word.removeprefix("JobState=")
+        for line in shown.splitlines()
+        for word in line.split()
+        if word.startswith("JobState=")
+    ]
+    if not states:
+        return None
+    return all(state == "COMPLETED" for state in states)

@@ -108,9 +108,14 @@ def _items(args: dict[str, Any], key: str, direction: str) -> list[list[Any]]:
                 raise Refused(f"{key}: each item is [SRC, DEST, IS_DIR]")
             items.append([_absolute(item[0], "--stage-in SRC"), _rel(item[1], "DEST"), item[2]])
         else:
-            if not (isinstance(item, list) and len(item) == 2):
-                raise Refused(f"{key}: each item is [SRC, DEST]")
-            items.append([_rel(item[0], "--stage-out SRC"), _absolute(item[1], "DEST")])
+            if not (
+                isinstance(item, list)
+                and len(item) in (2, 3)
+                and (len(item) == 2 or isinstance(item[2], bool))
+            ):
+                raise Refused(f"{key}: each item is [SRC, DEST, OVERWRITE]")
+            overwrite = len(item) == 3 and item[2] is True
+            items.append([_rel(item[0], "--stage-out SRC"), _absolute(item[1], "DEST"), overwrite])
     return items
 
 
@@ -370,6 +375,7 @@ class Ledger:
                 "area": row.stage_dir,
                 "root": root,
                 "items": list(row.items or []),
+                "job": row.job_id,  # a stage-out's results go into DEST/<job>/
                 # never began, in an area of its own (not a failed chain's it took over):
                 # there is no manifest of an earlier run to read
                 "fresh": row.started_at is None

@@ -339,21 +339,17 @@ def stage_in_pairs(items: list[StageIn], area: str) -> list[Pair]:
 
 
 def stage_out_pairs(items: list[StageOut], area: str) -> list[Pair]:
+    """Each item's DEST is a directory: a directory SRC's contents go into it, a file SRC
+    by its name."""
     pairs = []
     for item in items:
         if not is_url(area):
             inside(Path(area), item.source)
         src = f"{area}/{item.source}"
         is_dir = remote_is_dir(src)
+        local = item.dest if is_dir else item.dest / Path(item.source).name
         pairs.append(
-            Pair(
-                src + ("/" if is_dir else ""),
-                str(item.dest) + ("/" if is_dir else ""),
-                item.source,
-                item.dest,
-                is_dir,
-                False,
-            )
+            Pair(src + ("/" if is_dir else ""), f"{item.dest}/", item.source, local, is_dir, False)
         )
     return pairs
 

@@ -3,6 +3,8 @@ stage-out jobs as the job's user. It asks the staging service for its plan (the 
 checks the transfer is this user's), moves and verifies the data with the user's own
 rights, and reports the result through the same channel. Then
 
+- a stage-out writes beside its targets and moves the verified results into place
+  (`landing.py`: a fresh `DEST/<jobid>/`, `--overwrite`, or a failed job's `.partial`);
 - after a failed stage-in, it cancels the chain's job and stage-out (`scancel` as the
   user: Slurm lets a user cancel only their own jobs); the reason is on the records;
 - after a stage-out that verified everything, it removes the staging areas the service
@@ -18,13 +20,21 @@ import os
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 from clustermgr.config import Settings
 from clustermgr.core.errors import ClusterMgrError, StagingError
-from clustermgr.staging import areas, client, jobchain, rsync_transport, rsyncd_auth, s3_transport
+from clustermgr.staging import (
+    areas,
+    client,
+    jobchain,
+    landing,
+    rsync_transport,
+    rsyncd_auth,
+    s3_transport,
+)
 from clustermgr.staging.checks import StageIn, StageOut, area_path, check_links
 from clustermgr.staging.manifest import FileEntry, Previous
 from clustermgr.staging.progress import Progress
@@ -45,6 +55,7 @@ class Job:
     stage_in: list[StageIn]
     stage_out: list[StageOut]
     fresh: bool = False  # never began, its area its own: no earlier manifest to read
+    job_id: str = ""  # the chain's job: a stage-out's results go into DEST/<job_id>/
 
 
 def job_of(plan: dict[str, Any]) -> Job:
@@ -55,7 +66,13 @@ def job_of(plan: dict[str, Any]) -> Job:
         if incoming
         else []
     )
-    stage_out = [] if incoming else [StageOut(area_path(i[0], "SRC"), Path(i[1])) for i in items]
+    stage_out = (
+        []
+        if incoming
+        else [
+            StageOut(area_path(i[0], "SRC"), Path(i[1]), len(i) > 2 and i[2] is True) for i in items
+        ]
+    )
     job = Job(
         int(plan["transfer"]),
         str(plan["direction"]),
@@ -67,6 +84,7 @@ def job_of(plan: dict[str, Any]) -> Job:
         stage_in,
         stage_out,
         plan.get("fresh") is True,
+        str(plan.get("job") or ""),
     )
     areas.check_inside(job.area, job.root, job.user)
     return job
@@ -88,6 +106,36 @@ def _check_sources(job: Job) -> None:
 
 
 def _move(
+    settings: Settings, job: Job, access: dict[str, Any] | None, progress: Progress
+) -> tuple[list[FileEntry], Report]:
+    if job.direction == "out":  # beside the target first, then into place (landing.py)
+        partial = _job_failed(settings, job, progress)
+        key = job.job_id or job.stage_id
+        moved, placed = landing.land(
+            job.stage_out,
+            key,
+            lambda items: _transport(settings, replace(job, stage_out=items), access, progress),
+            partial=partial,
+        )
+        for path in placed:
+            progress.note(f"results in {path}" + (" (the job failed: partial)" if partial else ""))
+        return moved
+    return _transport(settings, job, access, progress)
+
+
+def _job_failed(settings: Settings, job: Job, progress: Progress) -> bool:
+    """Whether the chain's job did not complete (the stage-out runs after any end)."""
+    if not job.job_id:
+        return False
+    slurm = settings.slurm
+    ended_well = jobchain.job_ended_well(slurm.bin_dir, job.job_id, slurm.command_timeout_s)
+    if ended_well is None:
+        progress.note(f"Slurm no longer knows how job {job.job_id} ended: taken as completed")
+        return False
+    return not ended_well
+
+
+def _transport(
     settings: Settings, job: Job, access: dict[str, Any] | None, progress: Progress
 ) -> tuple[list[FileEntry], Report]:
     if job.transport == "s3":

@@ -17,7 +17,7 @@ import hashlib
 import os
 import time
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from clustermgr.config import ProviderSettings, Settings, StagingRegionSettings, StagingSettings
@@ -177,7 +177,8 @@ def stage_out(
             tail = key[len(base) :].lstrip("/")
             if tail:
                 area_path(tail, f"s3://{area.bucket}/{key}")  # no '..' from an object name
-            target = item.dest / tail if tail else item.dest
+            # DEST is a directory: a prefix's objects under it, a single one by its name
+            target = item.dest / (tail or PurePosixPath(item.source).name)
             target.parent.mkdir(parents=True, exist_ok=True)
             bucket.get_file(key, target, progress.advance)
             head = bucket.head(key)

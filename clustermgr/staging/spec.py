@@ -1,9 +1,11 @@
 """cmsub's command line and `#CMSUB` directives, parsed into a typed `StagingSpec`.
 
 Everything that is not a cmsub option, up to the script, is an sbatch option and passes
-through untouched. `#CMSUB` lines count only in the script's leading comment block, as
-`#SBATCH` lines do; their words are split like a POSIX shell would (quotes keep spaces)
-but nothing is ever run through a shell.
+through untouched; every word after the script is the script's (sbatch's rule). `#CMSUB`
+lines count only in the script's leading comment block, as `#SBATCH` lines do; their words
+are split like a POSIX shell would (quotes keep spaces) but nothing is ever run through a
+shell. An option given on the command line replaces the same option's `#CMSUB` lines, as
+sbatch's command line overrides `#SBATCH` lines.
 """
 
 from __future__ import annotations
@@ -81,6 +83,21 @@ class StagingSpec:
     script_args: tuple[str, ...]
     as_json: bool = False
     dry_run: bool = False
+    overwrite: bool = False  # --overwrite: stage-out into DEST itself, not DEST/<jobid>/
+    warnings: tuple[str, ...] = ()  # for stderr: script arguments that look like ours
+
+
+# what a script argument that looks like one of these most likely meant
+CMSUB_OPTIONS = (
+    "--stage-in",
+    "--stage-out",
+    "--transport",
+    "--region",
+    "--json",
+    "--dry-run",
+    "--overwrite",
+    "--status",
+)
 
 
 @dataclass
@@ -91,6 +108,7 @@ class _Parsed:
     region: str | None = None
     as_json: bool = False
     dry_run: bool = False
+    overwrite: bool = False
     sbatch_args: list[str] = field(default_factory=list)
 
 
@@ -145,6 +163,9 @@ def _cmsub_option(argv: list[str], index: int, parsed: _Parsed, origin: str) -> 
     if word == "--dry-run":
         parsed.dry_run = True
         return index + 1
+    if word == "--overwrite":
+        parsed.overwrite = True
+        return index + 1
     return None
 
 
@@ -185,25 +206,42 @@ def parse_argv(argv: list[str]) -> StagingSpec:
         raise UsageError("cmsub: no job script given: cmsub [sbatch options] script.sh [args]")
     script = Path(argv[index])
     directives = read_directives(script)
-    merged = _Parsed()
+    scripted = _Parsed()
     for words, origin in directives:
         position = 0
         while position < len(words):
-            after = _cmsub_option(words, position, merged, origin)
+            after = _cmsub_option(words, position, scripted, origin)
             if after is None:
                 raise UsageError(f"cmsub: {origin}: {words[position]!r} is not a cmsub option")
             position = after
+    script_args = tuple(argv[index + 1 :])
+    # the command line wins: a cmsub option given there replaces the script's lines for it
     return StagingSpec(
-        stage_in=(*merged.stage_in, *parsed.stage_in),
-        stage_out=(*merged.stage_out, *parsed.stage_out),
-        transport=parsed.transport or merged.transport,
-        region=parsed.region or merged.region,
+        stage_in=tuple(parsed.stage_in or scripted.stage_in),
+        stage_out=tuple(parsed.stage_out or scripted.stage_out),
+        transport=parsed.transport or scripted.transport,
+        region=parsed.region or scripted.region,
         sbatch_args=tuple(parsed.sbatch_args),
         script=script,
-        script_args=tuple(argv[index + 1 :]),
+        script_args=script_args,
         as_json=parsed.as_json,
         dry_run=parsed.dry_run,
+        overwrite=parsed.overwrite or scripted.overwrite,
+        warnings=tuple(_lookalikes(script, script_args)),
     )
+
+
+def _lookalikes(script: Path, script_args: tuple[str, ...]) -> list[str]:
+    """A warning per script argument that looks like a cmsub option: it goes to the
+    script, cmsub does not act on it (a `--dry-run` after the script submits for real)."""
+    found = []
+    for word in script_args:
+        if word.split("=", 1)[0] in CMSUB_OPTIONS:
+            found.append(
+                f"cmsub: warning: {word.split('=', 1)[0]} comes after the script {str(script)!r}: "
+                "it is passed to the script, not acted on by cmsub (put it before the script)"
+            )
+    return found
 
 
 def read_directives(script: Path) -> list[tuple[list[str], str]]:

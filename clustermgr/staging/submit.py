@@ -93,18 +93,22 @@ def check(settings: Settings, spec: StagingSpec, cwd: Path) -> Checked:
         )
     staging.region(spec.region)  # an unknown --region: one line before anything else
     stage_in = [check_stage_in(item, cwd) for item in spec.stage_in]
-    stage_out = [check_stage_out(item, cwd) for item in spec.stage_out]
-    _no_clashes([s.dest for s in stage_in], "--stage-in DEST")
+    stage_out = [check_stage_out(item, cwd, overwrite=spec.overwrite) for item in spec.stage_out]
+    _no_clashes([(s.dest, item.origin) for s, item in zip(stage_in, spec.stage_in, strict=True)])
     return Checked(stage_in, stage_out, estimate(stage_in))
 
 
-def _no_clashes(paths: list[str], what: str) -> None:
-    seen: set[str] = set()
-    for path in paths:
-        for other in seen:
+def _no_clashes(dests: list[tuple[str, str]]) -> None:
+    """Two stage-in DESTs may not overlap; the line names where each was given."""
+    seen: list[tuple[str, str]] = []
+    for path, origin in dests:
+        for other, other_origin in seen:
             if path == other or path.startswith(other + "/") or other.startswith(path + "/"):
-                raise UsageError(f"cmsub: {what} {path!r} overlaps {other!r}")
-        seen.add(path)
+                raise UsageError(
+                    f"cmsub: {origin}: --stage-in DEST {path!r} overlaps {other!r} "
+                    f"(given at {other_origin})"
+                )
+        seen.append((path, origin))
 
 
 def submit(settings: Settings, spec: StagingSpec, cwd: Path) -> Submitted:
@@ -116,7 +120,7 @@ def submit(settings: Settings, spec: StagingSpec, cwd: Path) -> Submitted:
         region=spec.region,
         transport=spec.transport,
         stage_in=[[str(s.source), s.dest, s.is_dir] for s in checked.stage_in],
-        stage_out=[[s.source, str(s.dest)] for s in checked.stage_out],
+        stage_out=[[s.source, str(s.dest), s.overwrite] for s in checked.stage_out],
         bytes=checked.estimate.bytes_total,
         files=checked.estimate.files_total,
         dry_run=spec.dry_run,

@@ -188,7 +188,7 @@ def test_a_tree_goes_in_is_read_on_a_burst_node_and_results_come_back(
     ) in ("RUNNING", "COMPLETED", "CONFIGURING")
     lab.run_until(lambda: finished(lab, ids), timeout_s=400)
     assert [lab.job_field(j, "JobState") for j in ids] == ["COMPLETED"] * 3
-    results = test_user.home / "results"
+    results = test_user.home / "results" / chain["job"]  # DEST/<jobid>/
     lines = (results / "sums.txt").read_text().splitlines()
     assert lines == [f"{sums['a.dat']}  a.dat", f"{sums['sub dir/b c.dat']}  sub dir/b c.dat"]
     assert (results / "host.txt").read_text().strip().startswith("cloud")  # a burst node
@@ -242,6 +242,6 @@ def test_a_stage_in_failing_midway_leaves_the_job_never_run(lab: BurstLab, test_
     ids = [chain["stage_in_job"], chain["job"], chain["stage_out_job"]]
     lab.run_until(lambda: finished(lab, ids), timeout_s=400)
     assert [lab.job_field(j, "JobState") for j in ids] == ["COMPLETED"] * 3
-    assert (test_user.home / "results" / "sums.txt").is_file()
+    assert (test_user.home / "results" / chain["job"] / "sums.txt").is_file()
     rows = status(lab, test_user, chain["job"])
     assert rows[0]["files_done"] < rows[0]["files_total"]  # what arrived was not sent again

@@ -202,7 +202,7 @@ def test_a_tree_goes_in_and_back_through_the_lab_director(
     assert [burst.job_field(j, "JobState") for j in ids] == ["COMPLETED"] * 3, burst.diagnosis()
     [director] = json.loads(burst.clustermgr("directors", "list", "--json").stdout)
     assert director["state"] == "ready"
-    results = test_user.home / "results"
+    results = test_user.home / "results" / chain["job"]  # DEST/<jobid>/
     assert sha256_tree(results / "copy") == sums  # every file, every byte, back
     assert (results / "host.txt").read_text().startswith("cloud")  # read on a burst node
     assert all(p.stat().st_uid == test_user.uid for p in results.rglob("*"))

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -221,13 +223,29 @@ def test_config_check_warns_about_secret_files_others_can_read(tmp_path: Path) -
     done = run_cli("--config", str(config), "config", "check", "--no-slurm")
     assert done.returncode == 0, done.stderr
     warnings = done.stderr.strip().splitlines()
+    # the config is the hooks' (SlurmUser's) to read: the advice is to move the password out
     assert f"warning: {config} holds the database password (database.url)" in warnings[0]
-    assert "(mode 0644): chmod 600" in warnings[0]
+    assert 'set [database] password_file = "/etc/clustermgr/db.password"' in warnings[0]
+    assert "chmod 600" not in warnings[0]
     assert any(w.startswith(f"warning: {secret} holds provider") for w in warnings), warnings
     assert "hunter2" not in done.stdout + done.stderr
     assert "not-a-real-secret" not in done.stdout + done.stderr
-    config.chmod(0o600)
+    password = tmp_path / "db.password"
+    password.write_text("hunter2-pw\n")
+    password.chmod(0o600)
+    moved = '\n[database]\nurl = "postgresql+psycopg://cm@db.example/cm"\n'
+    moved += f'password_file = "{password}"\n'
     secret.chmod(0o600)
-    quiet = run_cli("--config", str(config), "config", "check", "--no-slurm")
+    readable = Path(tempfile.mkdtemp(prefix="cm-config-", dir="/tmp"))  # SlurmUser may enter
+    try:
+        readable.chmod(0o755)
+        shared = readable / "clustermgr.toml"  # 0644: readable by the hooks, holds no secret
+        shared.write_text(text[:start] + moved + text[end:])
+        shared.chmod(0o644)
+        quiet = run_cli("--config", str(shared), "config", "check", "--no-slurm")
+    finally:
+        shutil.rmtree(readable)
     assert quiet.returncode == 0
-    assert not [line for line in quiet.stderr.splitlines() if str(tmp_path) in line], quiet.stderr
+    noisy = [line for line in quiet.stderr.splitlines() if str(tmp_path) in line]
+    noisy += [line for line in quiet.stderr.splitlines() if str(readable) in line]
+    assert not noisy, quiet.stderr

@@ -39,6 +39,8 @@ if tool == "sbatch":
     number = int(open(state).read()) if os.path.exists(state) else 1000
     open(state, "w").write(str(number + 1))
     print(f"{{number}};lab")
+if tool == "scontrol" and sys.argv[1:3] == ["show", "job"] and os.environ.get("FAKE_JOB_STATE"):
+    print(f"JobId={{sys.argv[-1]}} JobState={{os.environ['FAKE_JOB_STATE']}} ExitCode=1:0")
 """
 
 
@@ -172,7 +174,10 @@ def test_a_chain_is_submitted_moved_verified_and_cleaned(lab: Lab) -> None:
 
     back = lab.run("cmsub-transfer", transfer_out)
     assert back.returncode == 0, back.stderr
-    assert (lab.root / "results" / "answer").read_text() == "42"
+    # into a fresh DEST/<jobid>/, all at once
+    assert (lab.root / "results" / "1001" / "answer").read_text() == "42"
+    assert sorted(os.listdir(lab.root / "results")) == ["1001"]
+    assert "results in" in back.stdout
     assert not area.exists()  # retention 0: cleaned at once
 
     status = lab.run("cmsub", "--status", "1001", "--json")
@@ -191,6 +196,9 @@ def test_a_chain_is_submitted_moved_verified_and_cleaned(lab: Lab) -> None:
 
 def test_bad_input_is_one_line_exit_2_and_nothing_submitted(lab: Lab) -> None:
     job_script(lab.root)
+    (lab.root / "overlap.sh").write_text(
+        f"#!/bin/sh\n#CMSUB --stage-in {lab.root}/job.sh:input --stage-in job.sh:input/x\nrun\n"
+    )
     big = lab.root / "big"
     big.write_bytes(b"x" * 2_000_000)
     for argv, message in [
@@ -200,6 +208,8 @@ def test_bad_input_is_one_line_exit_2_and_nothing_submitted(lab: Lab) -> None:
         (["--stage-in", str(big), "job.sh"], "1,000,000-byte quota"),
         (["-p", "other", "job.sh"], "--partition is set by cmsub"),
         (["--region", "mars", "--stage-in", "job.sh", "job.sh"], "--region 'mars'"),
+        (["--stage-out", f"results:{big}", "job.sh"], f"DEST '{big}' is an existing file"),
+        (["overlap.sh"], "overlap.sh:2: --stage-in DEST 'input/x' overlaps 'input'"),
     ]:
         done = lab.run("cmsub", *argv)
         assert done.returncode == 2, (argv, done.stderr)
@@ -307,3 +317,56 @@ def test_dry_run_prints_the_chain_and_submits_nothing(lab: Lab) -> None:
     assert "job: sbatch --parsable '--dependency=afterok:<stage-in>'" in plain.stdout
     job_line = next(line for line in plain.stdout.splitlines() if line.startswith("job: "))
     assert job_line.endswith("job.sh 'a b'")
+
+
+def test_a_rerun_keeps_the_earlier_results_and_a_failed_job_comes_back_partial(
+    lab: Lab,
+) -> None:
+    out = lab.root / "out"
+    out.mkdir()
+    (out / "all.txt").write_text("the user's own")
+    runs = []
+    for answer, job_state in (("first", ""), ("second", ""), ("half", "FAILED")):
+        chain = submit(lab, "--stage-out", f"results:{out}")
+        transfer_in, transfer_out = lab.calls()[-4][-1], lab.calls()[-2][-1]
+        assert lab.run("cmsub-transfer", transfer_in).returncode == 0
+        area = Path(str(chain["stage_dir"]))
+        (area / "results").mkdir()
+        (area / "results" / "all.txt").write_text(answer)
+        lab.env["FAKE_JOB_STATE"] = job_state
+        back = lab.run("cmsub-transfer", transfer_out)
+        assert back.returncode == 0, back.stderr
+        runs.append(str(chain["job"]))
+    first, second, failed = runs
+    assert (out / first / "all.txt").read_text() == "first"
+    assert (out / second / "all.txt").read_text() == "second"
+    assert (out / f"{failed}.partial" / "all.txt").read_text() == "half"
+    assert "(the job failed: partial)" in back.stdout
+    assert (out / "all.txt").read_text() == "the user's own"
+    assert sorted(os.listdir(out)) == sorted(["all.txt", first, second, f"{failed}.partial"])
+
+
+def test_sbatch_conventions_usage_status_of_an_array_task_and_trailing_options(
+    lab: Lab,
+) -> None:
+    bare = lab.run("cmsub")
+    assert bare.returncode == 2 and bare.stderr.startswith("usage: cmsub")
+    helped = lab.run("cmsub", "--help")
+    assert helped.returncode == 0
+    for said in ("DEST/<jobid>/", "quota_bytes", "scancel", "--overwrite"):
+        assert said in helped.stdout, said
+    chain = submit(lab)
+    for task in (f"{chain['job']}_1", f"{chain['job']}_[1-3]"):
+        status = lab.run("cmsub", "--status", task, "--json")
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["job"] == chain["job"]
+    bad = lab.run("cmsub", "--status", "20_x")
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    # after the script, --dry-run is the script's: a warning, and the chain is submitted
+    before = len(lab.calls())
+    data = lab.root / "data"
+    done = lab.run("cmsub", "--stage-in", f"{data}:input", "job.sh", "--dry-run")
+    assert done.returncode == 0, done.stderr
+    assert "--dry-run comes after the script 'job.sh'" in done.stderr
+    assert "passed to the script" in done.stderr
+    assert lab.calls()[before + 1][-2:] == ["job.sh", "--dry-run"]

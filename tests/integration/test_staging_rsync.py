@@ -227,11 +227,12 @@ def test_a_single_file_and_stage_out_through_the_daemon(
         "out",
         area,
         [],
-        [StageOut("results dir", home / "results"), StageOut("summary.csv", home / "s.csv")],
+        [StageOut("results dir", home / "results"), StageOut("summary.csv", home)],
         Quiet(),
     )
+    # DEST is a directory: a directory SRC's contents into it, a file SRC by its name
     assert (home / "results" / "out\n1.txt").read_text() == "result one"
-    assert (home / "s.csv").read_text() == "a,b\n"
+    assert (home / "summary.csv").read_text() == "a,b\n"
     assert report.files_total == 2 and len(entries) == 2
     assert (on_director / ".cmsub" / "out.json").is_file()
 

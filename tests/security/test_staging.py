@@ -272,7 +272,7 @@ def test_the_happy_path_needs_no_database_access(
     back = lab.run(alice, "cmsub-transfer", stage_out)
     assert back.returncode == 0, back.stderr
 
-    results = alice_dir / "results"
+    results = alice_dir / "results" / str(chain["job"])  # DEST/<jobid>/
     assert sha256_tree(results / "copy") == sums  # every file back, every byte the same
     listed = (results / "sums.txt").read_text()
     assert all(digest in listed for digest in sums.values())
@@ -405,7 +405,7 @@ def test_the_area_cannot_be_swapped_and_delivers_the_users_own_data(
     run_job(lab, alice, str(chain["stage_dir"]))
     back = lab.run(alice, "cmsub-transfer", stage_out)
     assert back.returncode == 0, back.stderr
-    results = alice_dir / "results"
+    results = alice_dir / "results" / str(chain["job"])  # DEST/<jobid>/
     assert sha256_tree(results / "copy") == sums
     assert not results.stat().st_mode & 0o002  # not left open to others
 

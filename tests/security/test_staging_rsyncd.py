@@ -179,8 +179,9 @@ def test_a_tree_goes_in_and_back_through_the_module_as_the_user(
     run_job(lab, alice, str(chain["stage_dir"]))  # the job, where burst nodes see the area
     back = lab.run(alice, "cmsub-transfer", stage_out)
     assert back.returncode == 0, back.stderr
-    assert sha256_tree(alice_dir / "results" / "copy") == sums
-    assert all(p.stat().st_uid == alice.uid for p in (alice_dir / "results").rglob("*"))
+    results = alice_dir / "results" / str(chain["job"])  # DEST/<jobid>/
+    assert sha256_tree(results / "copy") == sums
+    assert all(p.stat().st_uid == alice.uid for p in results.rglob("*"))
     assert not any((home / stage_id).iterdir())  # emptied after the verified stage-out
 
     secret = rsyncd_auth.password(dlab.key, alice.name)

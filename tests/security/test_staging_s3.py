@@ -108,7 +108,7 @@ def test_s3_staging_runs_on_minted_credentials_scoped_to_the_user(
             site.put_object(Bucket=BUCKET, Key=f"{prefix}results/{rel}", Body=body)
         back = lab.run(alice, "cmsub-transfer", stage_out)
         assert back.returncode == 0, back.stderr
-        assert sha256_tree(where / "results") == sums
+        assert sha256_tree(where / "results" / str(chain["job"])) == sums
         left = site.list_objects_v2(Bucket=BUCKET, Prefix=prefix)
         assert left.get("KeyCount", 0) == 0  # the area removed with the minted credentials
 

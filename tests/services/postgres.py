@@ -17,6 +17,8 @@ import socket
 import subprocess
 import tempfile
 import time
+import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -163,3 +165,29 @@ def stop(server: PrivatePostgres, keep: bool = False) -> None:
     stop_group(server.pid, signal.SIGINT, 15)
     if not keep:
         shutil.rmtree(server.workdir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def role_with_password(server: PrivatePostgres, password: str) -> Iterator[str]:
+    """A new role with `password` and a database of its own (both named as the role), which
+    the server asks for that password over TCP (scram-sha-256: the server's other roles keep
+    trust); the rule, the database and the role removed afterwards. Yields the role's name."""
+    import psycopg
+
+    role = f"cmpw_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN PASSWORD '{password}'")
+        conn.execute(f"CREATE DATABASE {role} OWNER {role}")
+    hba = server.workdir / "data" / "pg_hba.conf"
+    before = hba.read_text()
+    hba.write_text(f"host all {role} 127.0.0.1/32 scram-sha-256\n{before}")
+    with psycopg.connect(server.dsn(), autocommit=True) as conn:
+        conn.execute("SELECT pg_reload_conf()")
+    try:
+        yield role
+    finally:
+        hba.write_text(before)
+        with psycopg.connect(server.dsn(), autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute(f"DROP DATABASE IF EXISTS {role} WITH (FORCE)")
+            conn.execute(f"DROP ROLE IF EXISTS {role}")

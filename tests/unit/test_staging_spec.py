@@ -92,11 +92,55 @@ def test_directives_only_in_the_leading_comment_block(tmp_path: Path) -> None:
         "echo start\n"
         "#CMSUB --stage-in ignored\n",
     )
-    spec = parse_argv(["--stage-in", "cli:x", str(job)])
-    assert [(i.source, i.dest) for i in spec.stage_in] == [("my input.dat", "in put"), ("cli", "x")]
+    spec = parse_argv([str(job)])
+    assert [(i.source, i.dest) for i in spec.stage_in] == [("my input.dat", "in put")]
     assert spec.stage_in[0].origin == f"{job}:4"
     assert [i.source for i in spec.stage_out] == ["out"]
     assert spec.transport == "rsync"
+
+
+def test_the_command_line_overrides_the_scripts_lines_for_the_same_option(
+    tmp_path: Path,
+) -> None:
+    job = script(
+        tmp_path,
+        "#!/bin/bash\n"
+        "#CMSUB --stage-in data:input --stage-in more:input/more\n"
+        "#CMSUB --stage-out out:/results --transport s3 --region aws\n"
+        "run\n",
+    )
+    spec = parse_argv(["--stage-in", "cli:input", "--transport", "rsync", str(job)])
+    # sbatch's rule: the command line's --stage-in replaces every #CMSUB --stage-in ...
+    assert [(i.source, i.dest, i.origin) for i in spec.stage_in] == [
+        ("cli", "input", "command line")
+    ]
+    assert spec.transport == "rsync"
+    # ... and what the command line does not name still comes from the script
+    assert [(i.source, i.dest) for i in spec.stage_out] == [("out", "/results")]
+    assert spec.region == "aws"
+    assert not spec.overwrite
+    spec = parse_argv(["--stage-out", "r:/elsewhere", "--overwrite", str(job)])
+    assert [(i.source, i.dest) for i in spec.stage_out] == [("r", "/elsewhere")]
+    assert spec.overwrite
+    assert [i.source for i in spec.stage_in] == ["data", "more"]
+    scripted = script(tmp_path, "#!/bin/bash\n#CMSUB --overwrite\nrun\n")
+    assert parse_argv([str(scripted)]).overwrite
+
+
+def test_words_after_the_script_are_the_scripts_with_a_warning_for_lookalikes(
+    tmp_path: Path,
+) -> None:
+    job = script(tmp_path, "#!/bin/sh\n")
+    spec = parse_argv(["--json", str(job), "--dry-run", "plain", "--stage-out=x"])
+    assert not spec.dry_run  # not acted on: the script gets it
+    assert spec.as_json
+    assert spec.script_args == ("--dry-run", "plain", "--stage-out=x")
+    assert len(spec.warnings) == 2
+    assert "--dry-run comes after the script" in spec.warnings[0]
+    assert "passed to the script, not acted on" in spec.warnings[0]
+    assert "--stage-out comes after the script" in spec.warnings[1]
+    assert all("\n" not in w for w in spec.warnings)
+    assert parse_argv(["--dry-run", str(job), "a"]).warnings == ()
 
 
 @pytest.mark.parametrize(
@@ -189,6 +233,14 @@ def test_stage_out_destination_must_be_writable_dir(tmp_path: Path) -> None:
         check_stage_out(StageItem("results", "no/such/dir/x", "command line"), tmp_path)
     with pytest.raises(UsageError, match="leaves the staging area"):
         check_stage_out(StageItem("../results", "", "command line"), tmp_path)
+    # DEST is the directory results go into: an existing file there is refused, named
+    (tmp_path / "all.txt").write_text("the user's")
+    with pytest.raises(UsageError) as caught:
+        check_stage_out(StageItem("all.txt", str(tmp_path / "all.txt"), "job.sh:3"), tmp_path)
+    assert f"job.sh:3: --stage-out 'all.txt:{tmp_path}/all.txt'" in str(caught.value)
+    assert f"DEST '{tmp_path}/all.txt' is an existing file" in str(caught.value)
+    assert (tmp_path / "all.txt").read_text() == "the user's"
+    assert check_stage_out(StageItem("r", str(tmp_path), "x"), tmp_path, overwrite=True).overwrite
 
 
 def test_estimate_sums_a_tree_and_the_quota_says_how_much(tmp_path: Path) -> None:
