@@ -139,7 +139,7 @@ def record_once(engine: object, report: object) -> None:
     from datetime import UTC, datetime
 
     from clustermgr.db.models import DaemonStatus
-    from clustermgr.runtime.metrics import pending_gpus
+    from clustermgr.policy.fit import burst_demand
     from clustermgr.scaling.engine import CycleReport, Engine
 
     assert isinstance(engine, Engine) and isinstance(report, CycleReport)
@@ -154,8 +154,9 @@ def record_once(engine: object, report: object) -> None:
             row.last_cycle_summary = report.summary()[:1000]
             row.last_cycle_duration_s = report.duration_s
             if report.view is not None:
-                row.pending_jobs = sum(j.array_tasks for j in report.view.pending)
-                row.pending_gpus = pending_gpus(report.view)
+                demand = burst_demand(report.view)
+                row.pending_jobs, row.pending_gpus = demand.jobs, demand.gpus
+            row.cycles_failed = row.cycles_failed_in_row = 0 if report.error is None else 1
             session.add(row)
     except ClusterMgrError as exc:  # the cycle is done; only its record is missing
         log.warning("cycle not recorded for `clustermgr status`: %s", exc)
@@ -188,16 +189,14 @@ def refuse_on_mismatch(app: object) -> None:
 
 
 def print_plan(engine: object, as_json: bool) -> None:
-    from clustermgr.cli.output import emit
-    from clustermgr.cli.plan_output import PLAN_KEYS, cycle_rows
+    from clustermgr.cli.plan_output import emit_plan
     from clustermgr.scaling.engine import Engine
 
     assert isinstance(engine, Engine)
     report = engine.cycle(dry_run=True)
     if report.error:
         raise ClusterMgrError(report.error)
-    assert report.plan is not None
-    emit(cycle_rows(report.plan, report.judgment), PLAN_KEYS, as_json, "Plan")
+    emit_plan(report, as_json)
 
 
 def main() -> None:

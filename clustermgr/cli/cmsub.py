@@ -150,6 +150,8 @@ def _status(argv: list[str]) -> None:
             f"cmsub: --status {job!r}: give a Slurm job id (or an array task's, as 20_1)"
         )
     settings = AppContext(config_path=None, db_url=None).settings()
+    if not settings.staging.regions:  # no service runs for it: nothing to ask
+        raise UsageError("cmsub: staging is not configured on this cluster (no [staging] regions)")
     rows = client.call(settings.staging, "status", job=job)["transfers"]
     if not rows:
         raise UsageError(f"cmsub: none of your cmsub chains holds job {job}")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -12,6 +12,9 @@ from clustermgr.cli.context import AppContext
 from clustermgr.cli.output import echo, emit, emit_fields, emit_json, emit_table
 from clustermgr.core.errors import NotFoundError, UsageError
 from clustermgr.nodes.states import NodeState, power_of
+
+if TYPE_CHECKING:
+    from sqlalchemy import ColumnElement
 
 NODE_KEYS = (
     "name",
@@ -283,6 +286,12 @@ CLUSTER_EVENT_KEYS = ("at", "kind", "source", "message")
     help="Cluster events instead: cycles, refusals, hook requests, policy errors, ...",
 )
 @click.option("--kind", help="With --cluster: only events of this kind (cycle, refusal, ...).")
+@click.option(
+    "--all",
+    "show_all",
+    is_flag=True,
+    help="With --cluster: cycles that launched and stopped nothing too (hidden otherwise).",
+)
 @click.option("--limit", default=1000, show_default=True, type=click.IntRange(1))
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
 @click.pass_obj
@@ -292,6 +301,7 @@ def events(
     node: str | None,
     cluster: bool,
     kind: str | None,
+    show_all: bool,
     limit: int,
     as_json: bool,
 ) -> None:
@@ -303,11 +313,13 @@ def events(
 
     if kind and not cluster:
         raise UsageError("--kind goes with --cluster (node transitions: use --node)")
+    if show_all and not cluster:
+        raise UsageError("--all goes with --cluster (node transitions are all shown)")
     if node and cluster:
         raise UsageError("--node and --cluster exclude each other")
     start = parse_since(since, datetime.now(UTC))
     if cluster:
-        _cluster_events(app, start, kind, limit, as_json)
+        _cluster_events(app, start, kind, limit, as_json, show_all)
         return
     query = (
         select(NodeEvent, Node.name)
@@ -327,10 +339,40 @@ def events(
         emit_table(rows, EVENT_KEYS, "Events")
 
 
+def idle_cycle() -> ColumnElement[bool]:
+    """A cycle event that launched, stopped, failed, registered and directed nothing
+    (scaling/engine.py's summary says so in its first parts)."""
+    from sqlalchemy import and_, not_, or_
+
+    from clustermgr.db.models import ClusterEvent
+    from clustermgr.scaling.engine import ACTED_PARTS, DIRECTORS_PART, IDLE_SUMMARY
+
+    message = ClusterEvent.message
+    return and_(
+        ClusterEvent.kind == "cycle",
+        or_(
+            message == IDLE_SUMMARY,
+            and_(
+                message.startswith(f"{IDLE_SUMMARY}, ", autoescape=True),
+                *(
+                    not_(message.startswith(f"{IDLE_SUMMARY}, {part}", autoescape=True))
+                    for part in ACTED_PARTS
+                ),
+                not_(message.contains(f", {DIRECTORS_PART}", autoescape=True)),
+            ),
+        ),
+    )
+
+
 def _cluster_events(
-    app: AppContext, start: datetime, kind: str | None, limit: int, as_json: bool
+    app: AppContext,
+    start: datetime,
+    kind: str | None,
+    limit: int,
+    as_json: bool,
+    show_all: bool = False,
 ) -> None:
-    from sqlalchemy import select
+    from sqlalchemy import func, not_, select
 
     from clustermgr.db.models import ClusterEvent
 
@@ -342,8 +384,21 @@ def _cluster_events(
     )
     if kind:
         query = query.where(ClusterEvent.kind == kind)
+    if not show_all:
+        query = query.where(not_(idle_cycle()))
     with app.database().session() as session:
         found = list(session.scalars(query))
+        hidden = 0
+        if not show_all and kind in (None, "cycle"):
+            window = [ClusterEvent.at >= found[-1].at] if len(found) == limit else []
+            hidden = (
+                session.scalar(
+                    select(func.count(ClusterEvent.id)).where(
+                        ClusterEvent.at >= start, idle_cycle(), *window
+                    )
+                )
+                or 0
+            )
         rows = [{key: getattr(event, key) for key in CLUSTER_EVENT_KEYS} for event in found]
         if kind and not rows:  # none in the window: a kind never recorded is a typo
             known = sorted(session.scalars(select(ClusterEvent.kind).distinct()))
@@ -354,3 +409,9 @@ def _cluster_events(
                 )
     rows.reverse()
     emit(rows, CLUSTER_EVENT_KEYS, as_json, "Cluster events")
+    if hidden:  # on stderr under --json, which stays a list of events
+        echo(
+            f"{hidden} cycle{'s' if hidden > 1 else ''} that launched and stopped nothing "
+            "hidden (--all shows them)",
+            err=as_json,
+        )

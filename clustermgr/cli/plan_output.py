@@ -4,7 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from clustermgr.cli.output import echo, emit
+from clustermgr.nodes.states import NodeState
 from clustermgr.scaling.clamp import LaunchOrder, Plan
+from clustermgr.scaling.engine import CycleReport
 from clustermgr.scaling.ownership import FOREIGN_VERDICT
 from clustermgr.scaling.reconcile import Judgment
 
@@ -139,3 +142,21 @@ def plan_rows(plan: Plan) -> list[dict[str, Any]]:
 def cycle_rows(plan: Plan, judgment: Judgment | None) -> list[dict[str, Any]]:
     """A dry run's output: the verdicts, then the plan."""
     return (verdict_rows(judgment) if judgment else []) + plan_rows(plan)
+
+
+def emit_plan(report: CycleReport, as_json: bool) -> None:
+    """A dry run's plan; with no pending job and nothing to do, a line saying so and what
+    was seen (JSON: the empty list)."""
+    assert report.plan is not None
+    rows = cycle_rows(report.plan, report.judgment)
+    view = report.view
+    if rows or as_json or view is None or view.pending:
+        emit(rows, PLAN_KEYS, as_json, "Plan")
+        return
+    burst = view.burst_nodes()
+    up = sum(1 for n in burst if n.state is NodeState.UP)
+    down = sum(1 for n in burst if n.state is NodeState.POWERED_DOWN)
+    echo(
+        f"nothing pending: no plan (Slurm lists {report.slurm_nodes} nodes; cm-scale "
+        f"manages {len(burst)}: {up} up, {down} powered down, {len(burst) - up - down} other)"
+    )

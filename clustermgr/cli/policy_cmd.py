@@ -5,7 +5,6 @@ from __future__ import annotations
 import click
 
 from clustermgr.cli.context import AppContext
-from clustermgr.cli.output import emit
 
 
 @click.group()
@@ -19,7 +18,7 @@ def policy() -> None:
 @click.pass_obj
 def dry_run(app: AppContext, only: str | None, as_json: bool) -> None:
     """Observe Slurm and the clouds, run the policy chain, print the plan; change nothing."""
-    from clustermgr.cli.plan_output import PLAN_KEYS, cycle_rows
+    from clustermgr.cli.plan_output import emit_plan
     from clustermgr.config import PolicyRef
     from clustermgr.core.errors import ClusterMgrError
     from clustermgr.scaling.engine import Engine
@@ -37,5 +36,4 @@ def dry_run(app: AppContext, only: str | None, as_json: bool) -> None:
     report = engine.cycle(dry_run=True)
     if report.error:
         raise ClusterMgrError(report.error)
-    assert report.plan is not None
-    emit(cycle_rows(report.plan, report.judgment), PLAN_KEYS, as_json, "Plan")
+    emit_plan(report, as_json)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
@@ -15,6 +16,7 @@ if TYPE_CHECKING:
     from sqlalchemy.orm import Session
 
     from clustermgr.config import Settings
+    from clustermgr.runtime.leader import LeaseState
 
 
 def billing_of(settings: Settings, provider: str) -> BillingRule:
@@ -38,7 +40,7 @@ def collect_status(app: AppContext) -> dict[str, Any]:
         lease = read_lease(session, db_now(database))
         holder = lease.holder if lease and lease.live else None
         leader_id = holder.removeprefix("cm-scale@") if holder else None
-        daemons = [
+        daemons: list[dict[str, Any]] = [
             {
                 "id": row.id,
                 "host": row.host,
@@ -53,6 +55,15 @@ def collect_status(app: AppContext) -> dict[str, Any]:
                 "pending_jobs": row.pending_jobs,
                 "pending_gpus": row.pending_gpus,
                 "hourly_cost": row.hourly_cost,
+                "cycles_failed_in_row": row.cycles_failed_in_row,
+                "cycles_failed": row.cycles_failed,
+                "config": {
+                    "path": row.config_path,
+                    "digest": row.config_digest,
+                    "loaded_at": row.config_loaded_at,
+                }
+                if row.config_path
+                else None,
             }
             for row in session.scalars(
                 select(DaemonStatus)
@@ -101,6 +112,9 @@ def collect_status(app: AppContext) -> dict[str, Any]:
             )
         ]
         reservations = reservations_in_use(session, settings)
+        refused = {
+            str(d["id"]): refused_reload(session, str(d["id"])) for d in daemons if d["alive"]
+        }
         protected = {h.template: h.protected for h in health if h.protected is not None}
         backing_off = {h.template: h.backoff for h in health if h.backoff is not None}
     running_cost = sum(
@@ -113,10 +127,17 @@ def collect_status(app: AppContext) -> dict[str, Any]:
     # demand as the last cycle saw it (a live leader's, else the newest record: a `--once`
     # run, a stopped daemon), and what the open instances cost now, whoever runs
     seen = leader or next((d for d in daemons if d["last_cycle_at"] is not None), None)
+    for head in daemons:
+        head["reload_refused"] = refused.get(head["id"])
+        if head["config"] is not None:
+            head["config"]["digest_now"] = digest_here(head)
+    heads = [d for d in daemons if d["role"] not in ("once", "stopped")]
+    problem = health_problem(leader, heads, lease, stale_s)
     return {
         "daemon": leader,
-        "daemons": [d for d in daemons if d["role"] not in ("once", "stopped")],
-        "healthy": leader is not None,
+        "daemons": heads,
+        "healthy": problem is None,
+        "problem": problem,
         "lease": {
             "holder": lease.holder if lease else None,
             "generation": lease.generation if lease else None,
@@ -142,6 +163,79 @@ def collect_status(app: AppContext) -> dict[str, Any]:
 
 
 SHOWN_FOR_S = 86400.0  # a head silent for longer is no longer listed (its row stays)
+
+
+def health_problem(
+    leader: dict[str, Any] | None,
+    heads: list[dict[str, Any]],
+    lease: LeaseState | None,
+    stale_s: float,
+) -> str | None:
+    """What `status --check` fails on, in one line (None: healthy): no head running, no
+    live leader, the leader's heartbeat stale, or its last cycle failed."""
+    from clustermgr.runtime.leader import describe_lease
+
+    if leader is not None:
+        if leader["last_cycle_ok"] is False or leader["cycles_failed_in_row"]:
+            return (
+                f"the last cycle failed ({leader['cycles_failed_in_row']} in a row, "
+                f"{leader['cycles_failed']} since start): {leader['last_cycle']}"
+            )
+        return None
+    holder = lease.holder.removeprefix("cm-scale@") if lease and lease.holder else None
+    stale = [h for h in heads if h["role"] == "stale"]
+    holding = next((h for h in stale if h["id"] == holder), None)
+    if lease is not None and lease.live and holding is not None:
+        return (
+            f"the leader's heartbeat is stale: {holding['host']} pid {holding['pid']}, "
+            f"{holding['heartbeat_age_s']:.0f} s ago (more than {stale_s:g} s)"
+        )
+    live = [h for h in heads if h["alive"]]
+    if live:
+        return (
+            f"no live leader (lease: {describe_lease(lease)}); {len(live)} live standby, "
+            "it takes over when the lease runs out"
+        )
+    if stale:
+        newest = min(stale, key=lambda h: h["heartbeat_age_s"])
+        return (
+            f"cm-scale is not running: the last heartbeat is {newest['heartbeat_age_s']:.0f} s "
+            f"old ({newest['host']} pid {newest['pid']}, stale after {stale_s:g} s)"
+        )
+    return "cm-scale is not running: no head has a heartbeat"
+
+
+def digest_here(head: dict[str, Any]) -> str | None:
+    """The digest of the head's configuration file as it is now, when that head runs on
+    this host and the file can be read here (None otherwise)."""
+    import socket
+    from pathlib import Path
+
+    from clustermgr.runtime.pair import config_digest
+
+    if head["host"] != socket.gethostname():
+        return None
+    digest = config_digest(Path(head["config"]["path"]))
+    return None if digest.startswith("unreadable-") else digest
+
+
+def refused_reload(session: Session, daemon_id: str) -> dict[str, Any] | None:
+    """The head's newest reload event when it was refused (its running config was kept):
+    a file the daemon would not load waits to be fixed."""
+    from sqlalchemy import select
+
+    from clustermgr.db.models import ClusterEvent
+    from clustermgr.runtime.pair import RELOAD, RELOAD_REFUSED
+
+    newest = session.execute(
+        select(ClusterEvent.at, ClusterEvent.message)
+        .where(ClusterEvent.kind == RELOAD, ClusterEvent.source == f"cm-scale@{daemon_id}"[:64])
+        .order_by(ClusterEvent.at.desc(), ClusterEvent.id.desc())
+        .limit(1)
+    ).first()
+    if newest is None or not newest.message.startswith(RELOAD_REFUSED):
+        return None
+    return {"at": newest.at, "message": newest.message}
 
 
 def role_of(
@@ -224,19 +318,63 @@ def power_saved(
 
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print JSON.")
+@click.option(
+    "--check",
+    is_flag=True,
+    help="One line for monitoring: exit 0 healthy, 1 when no head leads, the leader's "
+    "heartbeat is stale or its last cycle failed.",
+)
 @click.pass_obj
-def status(app: AppContext, as_json: bool) -> None:
-    """Daemon health (leader/standby, last cycle, heartbeat), demand, nodes, cost."""
-    data = collect_status(app)
-    if as_json:
+def status(app: AppContext, as_json: bool, check: bool) -> None:
+    """Daemon health (leader/standby, last cycle, heartbeat, config), demand, nodes, cost.
+    Exits 1 when unhealthy (as --check says why), so monitoring may read either."""
+    data = readable_status(app)
+    if check:
+        line = f"cm-scale: {data['problem'] or ok_line(data['daemon'])}"
+        if as_json:
+            emit_json({"healthy": data["healthy"], "problem": data["problem"]})
+        else:
+            echo(line)
+    elif as_json:
         emit_json(data)
     else:
         show(data)
-    if data["daemon"] is None:
-        raise SystemExit(NO_LIVE_LEADER)
+    if not data["healthy"]:
+        raise SystemExit(UNHEALTHY)
 
 
-NO_LIVE_LEADER = 1  # the exit code monitoring reads: no head leads now
+UNHEALTHY = 1  # the exit code monitoring reads: no head leads, or the leader's cycles fail
+
+
+def readable_status(app: AppContext) -> dict[str, Any]:
+    """The status, or for a user who may not read cm-scale's state one line saying what
+    they may do instead (never advice only root can follow, such as `db upgrade`)."""
+    from clustermgr.cli.privilege import reads_state
+    from clustermgr.core.errors import ClusterMgrError, UsageError
+
+    try:
+        return collect_status(app)
+    except ClusterMgrError as exc:
+        allowed, group = reads_state(app)
+        if allowed or app.db_url or os.environ.get("CLUSTERMGR_DB"):  # a database of one's own
+            raise
+        admins = f" and the group {group}" if group else ""
+        raise UsageError(
+            f"`clustermgr status` reads cm-scale's state, which only root{admins} may read; "
+            "`cmsub --status JOBID` shows your own transfers, squeue and sinfo the queue"
+        ) from exc
+
+
+def ok_line(leader: dict[str, Any]) -> str:
+    last = (
+        f"last cycle {leader['last_cycle_at']:%H:%M:%S} ok"
+        if leader["last_cycle_at"]
+        else "no cycle yet"
+    )
+    return (
+        f"ok: leader on {leader['host']} pid {leader['pid']}, heartbeat "
+        f"{leader['heartbeat_age_s']:.0f} s ago, {last}"
+    )
 
 
 def show(data: dict[str, Any]) -> None:
@@ -255,7 +393,8 @@ def show(data: dict[str, Any]) -> None:
             echo(head_line(head))
         if data["pending_as_of"] is not None:
             echo(
-                f"pending at the last cycle ({data['pending_as_of']:%Y-%m-%d %H:%M:%S}): "
+                f"pending at the last cycle ({data['pending_as_of']:%Y-%m-%d %H:%M:%S}, jobs "
+                "a cloud template fits): "
                 f"{data['pending_jobs']} jobs, {data['pending_gpus']} GPUs"
             )
     else:
@@ -266,10 +405,20 @@ def show(data: dict[str, Any]) -> None:
             if leader["last_cycle_at"]
             else f"cm-scale: {leader['role']} on {leader['host']} pid {leader['pid']}, no cycle yet"
         )
+        if leader["cycles_failed"]:
+            echo(
+                f"failed cycles: {leader['cycles_failed_in_row']} in a row, "
+                f"{leader['cycles_failed']} since start"
+            )
+        for line in config_lines(leader):
+            echo(line)
         for head in data["daemons"]:
             if head["id"] != leader["id"]:
                 echo(head_line(head))
-        echo(f"pending: {data['pending_jobs']} jobs, {data['pending_gpus']} GPUs")
+        echo(
+            f"pending (jobs a cloud template fits): {data['pending_jobs']} jobs, "
+            f"{data['pending_gpus']} GPUs"
+        )
     echo(f"running: {data['instances_running']} instances, ${data['hourly_cost']:.2f}/h")
     for template, states in sorted(data["nodes"].items()):
         counts = ", ".join(f"{state} {count}" for state, count in sorted(states.items()))
@@ -294,6 +443,28 @@ def show(data: dict[str, Any]) -> None:
         off = sum(t["powered_off"] for t in power["templates"].values())
         echo(f"on-prem power: {off} nodes off, ~{power['saved_kw']:.1f} kW saved")
     echo(f"instances launched: {data['instances_launched']}, cost so far ${data['cost_total']:.2f}")
+
+
+def config_lines(head: dict[str, Any]) -> list[str]:
+    """The configuration a head runs on, and a reload it refused since (the file as it is
+    now waits to be fixed; the running one stays in effect)."""
+    config = head["config"]
+    lines = []
+    if config is not None:
+        loaded = config["loaded_at"]
+        lines.append(
+            f"config: {config['path']} sha256:{config['digest']}"
+            + (f", loaded {loaded:%Y-%m-%d %H:%M:%S}" if loaded else "")
+        )
+    refused = head["reload_refused"]
+    if refused is not None:
+        lines.append(f"RELOAD REFUSED at {refused['at']:%Y-%m-%d %H:%M:%S}: {refused['message']}")
+    elif config is not None and config["digest_now"] not in (None, config["digest"]):
+        lines.append(
+            f"config: the file has changed since it was loaded (now sha256:"
+            f"{config['digest_now']}): reload cm-scale (SIGHUP) to apply it"
+        )
+    return lines
 
 
 def head_line(head: dict[str, Any]) -> str:

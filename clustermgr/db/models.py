@@ -417,6 +417,15 @@ class DaemonStatus(Base):
     pending_jobs: Mapped[int] = mapped_column(Integer, default=0)
     pending_gpus: Mapped[int] = mapped_column(Integer, default=0)
     hourly_cost: Mapped[float] = mapped_column(Float, default=0.0)
+    # the process's failed cycles: the ones since its last good cycle, and all since it
+    # started (`status --check` reports the first, `status` both)
+    cycles_failed_in_row: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    cycles_failed: Mapped[int] = mapped_column(Integer, default=0, server_default="0")
+    # the configuration it runs on: its file, that file's digest as loaded (a refused
+    # reload leaves them as they were) and when it was loaded
+    config_path: Mapped[str | None] = mapped_column(Text)
+    config_digest: Mapped[str | None] = mapped_column(String(32))
+    config_loaded_at: Mapped[datetime | None] = mapped_column()
 
 
 class LeaderLease(Base):

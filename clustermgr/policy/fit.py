@@ -5,9 +5,10 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from clustermgr.core.reasons import HOLD_PREFIX
-from clustermgr.policy.view import TemplateView
+from clustermgr.policy.view import ClusterView, TemplateView
 from clustermgr.workload.base import JobShape as JobShape  # re-exported: policies read it here
 from clustermgr.workload.base import PendingJob, shape_of
 
@@ -171,3 +172,30 @@ def nodes_for(job: PendingJob, template: TemplateView) -> float:
     """Nodes of `template` that `job` (every task of its array) keeps busy: a fraction when
     several of its one-node jobs share a node."""
     return nodes_on(job, template) * job.array_tasks / copies_per_node(job, template)
+
+
+@dataclass(frozen=True)
+class BurstDemand:
+    """Pending work a cloud template could serve (array tasks counted one by one): what
+    `clustermgr status` and the pending gauges report. A job only on-prem templates
+    (BMC-powered nodes) or Slurm's own nodes serve is not burst demand."""
+
+    jobs: int
+    gpus: int
+
+
+def burst_demand(view: ClusterView) -> BurstDemand:
+    """The pending jobs some cloud template of their partitions fits (fit decided once per
+    shape, as the accounting does)."""
+    clouds = {name: t for name, t in view.templates.items() if not t.onprem}
+    fits: dict[int, bool] = {}
+    jobs = gpus = 0
+    for job in view.pending:
+        key = shape_key(job)
+        fit = fits.get(key)
+        if fit is None:
+            fit = fits[key] = any(why_not(job, t) is None for t in serving_templates(job, clouds))
+        if fit:
+            jobs += job.array_tasks
+            gpus += job.gpus_total * job.array_tasks
+    return BurstDemand(jobs, gpus)

@@ -49,11 +49,19 @@ from clustermgr.db.database import Database, describe_db_error
 from clustermgr.db.models import DaemonStatus, Node
 from clustermgr.mungekey.server import KeyServer, start_key_server
 from clustermgr.nodes.states import ACTIVE_CLOUD_STATES
+from clustermgr.policy.fit import BurstDemand, burst_demand
 from clustermgr.runtime import sdnotify
 from clustermgr.runtime.director_sync import DirectorSync, director_pass
 from clustermgr.runtime.leader import LeaseLostError, make_lock
-from clustermgr.runtime.metrics import Metrics, pending_gpus
-from clustermgr.runtime.pair import LEASE_LOST, RELOAD, TAKEOVER, PairLog
+from clustermgr.runtime.metrics import Metrics
+from clustermgr.runtime.pair import (
+    LEASE_LOST,
+    RELOAD,
+    RELOAD_REFUSED,
+    TAKEOVER,
+    PairLog,
+    config_digest,
+)
 from clustermgr.runtime.statedir import (
     LEADER_DIR,
     SOCKET_MODE,
@@ -94,6 +102,11 @@ class Daemon:
         self.stop_event = threading.Event()
         self.reload_event = threading.Event()
         self.last_report: CycleReport | None = None
+        self.demand: BurstDemand | None = None  # the last cycle's burst demand
+        self.cycles_failed = 0  # since this process started
+        self.cycles_failed_in_row = 0  # since its last good cycle
+        self.config_digest = config_digest(config_path)  # the file as loaded (reloads too)
+        self.config_loaded_at = datetime.now(UTC)
         self.current_hourly_cost = 0.0  # set once per cycle, read by the heartbeat
         self.standby_until = 0.0  # after losing leadership, let a standby take over
         self.scheduler = BackgroundScheduler(timezone=UTC)
@@ -234,7 +247,7 @@ class Daemon:
         except ClusterMgrError as exc:
             log.error("reload refused, keeping the running config: %s", exc)
             sdnotify.status(f"reload refused: {exc}")
-            self.pair.record(RELOAD, f"reload refused, the running config kept: {exc}")
+            self.pair.record(RELOAD, f"{RELOAD_REFUSED}, the running config kept: {exc}")
             return
         with PROGRESS.running("the reload"), self.work_lock:
             self.settings = settings
@@ -243,6 +256,8 @@ class Daemon:
             self.director_sync.images = engine.images
             self.watchdog.stall_limit_s = settings.daemon.stall_timeout_s
             self._schedule()
+            self.config_digest = config_digest(self.config_path)
+            self.config_loaded_at = datetime.now(UTC)
         log.info("configuration reloaded from %s", self.config_path)
         self.pair.record(RELOAD, f"configuration reloaded from {self.config_path}")
         self.pair.config_seen(self.config_path, "configuration reloaded")
@@ -359,13 +374,27 @@ class Daemon:
         try:
             job()
         except LeaseLostError as exc:  # the fence refused a write: the guard says so next
+            self._count_cycle(what, ok=False)
             log.error("%s failed: %s", what, exc)
         except DatabaseError as exc:
+            self._count_cycle(what, ok=False)
             self._database_fault(what, str(exc))
         except SQLAlchemyError as exc:
+            self._count_cycle(what, ok=False)
             self._database_fault(what, str(describe_db_error(self.db.url, exc)))
         except ClusterMgrError as exc:
+            self._count_cycle(what, ok=False)
             log.error("%s failed: %s", what, exc)
+
+    def _count_cycle(self, what: str, ok: bool) -> None:
+        """A cycle's (or reconcile's) outcome in the counts the heartbeat records."""
+        if what not in ("cycle", "reconcile"):
+            return
+        if ok:
+            self.cycles_failed_in_row = 0
+        else:
+            self.cycles_failed += 1
+            self.cycles_failed_in_row += 1
 
     def _database_fault(self, what: str, line: str) -> None:
         if self.pair.database_fault(line) or what in ("cycle", "reconcile"):
@@ -390,18 +419,27 @@ class Daemon:
                 report.directors = self.run_directors(report)
             PROGRESS.step("the cycle's metrics")
             self.last_report = report
-            self.metrics.observe_cycle(report)
+            if report.view is not None:
+                self.demand = burst_demand(report.view)
+            self.metrics.observe_cycle(report, self.demand)
             try:
                 self._observe_nodes()
             except DatabaseError:
                 if report.error is None:
                     raise  # else the cycle's line said it
-            log.info(
-                "%s: %s (%.2f s)",
-                "cycle" if decide else "reconcile",
-                report.summary(),
-                report.duration_s,
-            )
+            what = "cycle" if decide else "reconcile"
+            self._count_cycle(what, ok=report.error is None)
+            if report.error is None:
+                log.info("%s: %s (%.2f s)", what, report.summary(), report.duration_s)
+            else:  # what monitoring and an admin reading the journal must not miss
+                log.error(
+                    "%s: %s (%.2f s; %d failed in a row, %d since start)",
+                    what,
+                    report.summary(),
+                    report.duration_s,
+                    self.cycles_failed_in_row,
+                    self.cycles_failed,
+                )
             sdnotify.status(f"{self.role}: {report.summary()}")
         self.heartbeat()
 
@@ -562,7 +600,6 @@ class Daemon:
     def _beat(self) -> None:
         now = datetime.now(UTC)
         report = self.last_report
-        view = report.view if report else None
         stall = self.watchdog.stalled
         beat: dict[str, object] = {
             "pid": os.getpid(),
@@ -590,10 +627,15 @@ class Daemon:
                 if stall is not None:
                     before = f"; the cycle before: {report.summary()}" if report else ""
                     row.last_cycle_summary = f"{stall.line()}{before}"[:1000]
-                if view is not None:
-                    row.pending_jobs = sum(j.array_tasks for j in view.pending)
-                    row.pending_gpus = pending_gpus(view)
+                if self.demand is not None:
+                    row.pending_jobs = self.demand.jobs
+                    row.pending_gpus = self.demand.gpus
                 row.hourly_cost = self.current_hourly_cost
+                row.cycles_failed = self.cycles_failed
+                row.cycles_failed_in_row = self.cycles_failed_in_row
+                row.config_path = str(self.config_path)
+                row.config_digest = self.config_digest
+                row.config_loaded_at = self.config_loaded_at
                 session.add(row)
         except ClusterMgrError as exc:
             if self.pair.database_fault(str(exc)):

@@ -13,7 +13,7 @@ from clustermgr.core.reasons import kind_of
 from clustermgr.scaling.onprem import power_saved_kw
 
 if TYPE_CHECKING:
-    from clustermgr.policy.view import ClusterView
+    from clustermgr.policy.fit import BurstDemand
     from clustermgr.scaling.engine import CycleReport
 
 
@@ -40,9 +40,13 @@ class Metrics:
             buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30, 60),
             registry=r,
         )
-        self.pending_jobs = Gauge("clustermgr_pending_jobs", "Pending jobs", registry=r)
+        self.pending_jobs = Gauge(
+            "clustermgr_pending_jobs", "Pending jobs a cloud template fits", registry=r
+        )
         self.pending_gpus = Gauge(
-            "clustermgr_pending_gpus", "GPUs wanted by pending jobs", registry=r
+            "clustermgr_pending_gpus",
+            "GPUs wanted by pending jobs a cloud template fits",
+            registry=r,
         )
         self.hourly_cost = Gauge(
             "clustermgr_estimated_hourly_cost_dollars", "Running cloud nodes, $/hour", registry=r
@@ -91,7 +95,7 @@ class Metrics:
             ) from None
         return int(server.server_address[1])
 
-    def observe_cycle(self, report: CycleReport) -> None:
+    def observe_cycle(self, report: CycleReport, demand: BurstDemand | None = None) -> None:
         self.cycle_seconds.observe(report.duration_s)
         self.last_cycle.set_to_current_time()
         if report.error:
@@ -114,8 +118,9 @@ class Metrics:
             kind = kind_of(reason)
             if kind:
                 self.errors.labels(kind=kind).inc()
-        self.pending_jobs.set(sum(j.array_tasks for j in view.pending))
-        self.pending_gpus.set(pending_gpus(view))
+        if demand is not None:
+            self.pending_jobs.set(demand.jobs)
+            self.pending_gpus.set(demand.gpus)
         self.power_saved.set(power_saved_kw(view))
         for template in view.templates.values():
             self.protected.labels(template.name).set(1 if template.protected else 0)
@@ -133,7 +138,3 @@ class Metrics:
         self.nodes.clear()
         for (state, template, provider), count in counts.items():
             self.nodes.labels(state, template, provider).set(count)
-
-
-def pending_gpus(view: ClusterView) -> int:
-    return sum(j.gpus_total * j.array_tasks for j in view.pending)

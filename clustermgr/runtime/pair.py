@@ -28,6 +28,7 @@ LEASE_LOST = "lease-lost"
 DATABASE = "database"
 RELOAD = "reload"
 CONFIG = "config"
+RELOAD_REFUSED = "reload refused"  # how a refused reload's event begins (`status` reads it)
 
 
 @dataclass

@@ -207,8 +207,9 @@ class Actor:
             return
         try:
             self.workload.power_up(sorted(names))
-        except WorkloadError as exc:  # already powering up: Slurm allocated them itself
-            log.info("power up %s: %s", sorted(names), exc)
+        except WorkloadError as exc:  # Slurm refused (a node it powers up or down already)
+            # a warning: the launch goes on, but a node Slurm did not power up never joins
+            log.warning("Slurm refused to power up %s: %s", sorted(names), exc)
 
     def tell_slurm(
         self,

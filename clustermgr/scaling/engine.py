@@ -59,6 +59,12 @@ from clustermgr.workload.slurm import SlurmCli
 
 log = logging.getLogger(__name__)
 VERSION_TTL_S = 3600.0
+# How a cycle that did nothing begins its summary, and the parts that say it did something
+# after all when one follows at once (`summary` puts them first, in this order); a summary
+# with a director's action in it did something too. `events --cluster` hides the rest.
+IDLE_SUMMARY = "launched 0, stopped 0"
+ACTED_PARTS = ("failed ", "registered ", "provider errors")
+DIRECTORS_PART = "directors: "
 
 
 @dataclass
@@ -73,6 +79,7 @@ class CycleReport:
     view: ClusterView | None = None
     directors: str = ""  # what the director lifecycle did after the cycle, if anything
     copies: str = ""  # the machine-image copies launches wait for, as cm-scale left them
+    slurm_nodes: int = 0  # the nodes Slurm listed in the cycle's snapshot
 
     @property
     def launched(self) -> list[str]:
@@ -89,7 +96,7 @@ class CycleReport:
     def summary(self) -> str:
         if self.error:
             return f"cycle failed: {self.error}"
-        parts = [f"launched {len(self.launched)}", f"stopped {len(self.stopped)}"]
+        parts = [f"launched {len(self.launched)}", f"stopped {len(self.stopped)}"]  # IDLE_SUMMARY
         if self.failed:
             parts.append(f"failed {len(self.failed)}")
         if self.acted.registered:
@@ -106,7 +113,7 @@ class CycleReport:
             parts.append(f"{self.acted.commented} jobs' verdicts written to their comments")
         parts += waiting_summary(self.view)
         if self.directors:
-            parts.append(f"directors: {self.directors}")
+            parts.append(f"{DIRECTORS_PART}{self.directors}")
         if self.copies:
             parts.append(f"image copies: {self.copies}")
         return ", ".join(parts)
@@ -222,6 +229,7 @@ class Engine:
 
     def _cycle(self, report: CycleReport, dry_run: bool, decide: bool) -> None:
         snapshot = self.observe(report)
+        report.slurm_nodes = len(snapshot.workload.nodes)
         self._learn_runs(snapshot, record=not dry_run and self.guard())
         with snapshot_frozen():
             self._judge_decide_act(report, snapshot, dry_run, decide)

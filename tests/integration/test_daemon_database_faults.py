@@ -175,7 +175,9 @@ def test_a_head_keeps_within_its_connections_and_a_refused_one_is_named(
             ).fetchone()
         used = int(row[0]) if row else 0
         assert 1 <= used <= DAEMON_CONNECTIONS, used
-        assert clustermgr(config, "status").returncode == 0  # an admin command still fits
+        fits = clustermgr(config, "status")  # an admin command still fits
+        assert fits.returncode in (0, 1) and fits.stderr == "", fits  # 1: cycles fail, no Slurm
+        assert "failed cycles: " in fits.stdout or fits.returncode == 0, fits
         while True:  # take every slot left
             try:
                 hogs.append(psycopg.connect(server[0].dsn(), autocommit=True))

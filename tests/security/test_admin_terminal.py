@@ -179,6 +179,19 @@ def fill(url: str) -> None:
                     last_cycle_ok=False,
                     last_cycle_summary=hostile("cycle_summary"),
                     last_cycle_duration_s=0.5,
+                    cycles_failed_in_row=2,
+                    cycles_failed=3,
+                    config_path=hostile("config_path"),
+                    config_digest="0123456789abcdef",
+                    config_loaded_at=earlier,
+                )
+            )
+            session.add(  # a refusal quotes what the file held
+                ClusterEvent(
+                    at=now,
+                    kind="reload",
+                    source="cm-scale@head:1",
+                    message=f"reload refused, the running config kept: {hostile('reload_error')}",
                 )
             )
             # the lease says it leads (SQLite's lease clock: this host's monotonic one)
@@ -345,6 +358,8 @@ STATUS_FIELDS = [
     "template_tag",
     "request_tag",
     "role_tag",
+    "config_path",
+    "reload_error",
 ]
 # every read verb, and the hostile fields each shows (exit 0 unless listed in REFUSED)
 VERBS: list[tuple[list[str], list[str]]] = [
@@ -384,6 +399,8 @@ JSON_VERBS = [
     if argv[0] not in ("db",) and "no-such-kind" not in argv and "no-such-template" not in argv
 ]
 REFUSED = {"no-such-kind", "no-such-template"}
+# the filled head leads, but its last cycle failed: status says so with exit 1
+UNHEALTHY = ["status"]
 
 
 @pytest.mark.parametrize(("argv", "fields"), VERBS, ids=[" ".join(a) for a, _ in VERBS])
@@ -394,7 +411,7 @@ def test_every_read_verb_escapes_what_users_and_clouds_wrote(
     if REFUSED & set(argv):
         assert done.returncode == 2 and done.stderr.count("\n") == 1, done.stderr
     else:
-        assert done.returncode == 0, done.stderr
+        assert done.returncode == (1 if argv == UNHEALTHY else 0), done.stderr
     assert_safe(done, fields, as_json=False)
 
 
@@ -403,7 +420,7 @@ def test_json_carries_the_exact_value_ascii_encoded(
     filled: Filled, argv: list[str], fields: list[str]
 ) -> None:
     done = _clustermgr(filled.env, *argv, "--json")
-    assert done.returncode == 0, done.stderr
+    assert done.returncode == (1 if argv == UNHEALTHY else 0), done.stderr
     assert_safe(done, fields, as_json=True)
 
 

@@ -82,6 +82,24 @@ def test_a_user_reads_nothing_of_the_state(lab: StateLab, accounts: Accounts) ->
     assert line.startswith("clustermgr: error: database ") and "unable to open" in line, line
 
 
+def test_a_user_running_status_is_told_what_they_may_do(lab: StateLab, accounts: Accounts) -> None:
+    """Not root, not in admin_group: one line naming who may read the state and what the
+    user may run instead, never advice only root can follow (`db upgrade`)."""
+    cli = [str(BIN / "clustermgr"), "--config", str(lab.config)]
+    for verb in (["status"], ["status", "--check"], ["status", "--json"]):
+        done = as_user(accounts.attacker.name, [*cli, *verb])
+        assert done.returncode == 2 and done.stdout == "", (verb, done)
+        [line] = done.stderr.strip().splitlines()
+        assert line == (
+            "clustermgr: error: `clustermgr status` reads cm-scale's state, which only root "
+            f"and the group {accounts.admins_group} may read; `cmsub --status JOBID` shows "
+            "your own transfers, squeue and sinfo the queue"
+        ), line
+        assert "db upgrade" not in done.stderr
+    admin = as_user(accounts.admin.name, [*cli, "status", "--check"])
+    assert admin.returncode == 0 and admin.stdout.startswith("cm-scale: ok: leader on "), admin
+
+
 def test_a_user_cannot_take_or_hold_the_leader_lock(lab: StateLab, accounts: Accounts) -> None:
     lock = lab.state / "leader" / "cm-scale.lock"
     done = as_user(accounts.attacker.name, ["flock", "-x", "-n", str(lock), "true"])
