@@ -1,7 +1,7 @@
 """daemon_status: failed cycles (in a row, since the process started) and the configuration
 in effect (path, digest, when loaded), for `clustermgr status` and `status --check`
 
-Revision ID: 0018_cycle_failures
+Revision ID: 0017_cycle_failures
 Revises: 0016_leader_lease
 Create Date: 2026-11-29
 """
@@ -11,7 +11,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from alembic import op
 
-revision = "0018_cycle_failures"
+revision = "0017_cycle_failures"
 down_revision = "0016_leader_lease"
 branch_labels = None
 depends_on = None
