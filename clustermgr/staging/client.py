@@ -25,6 +25,7 @@ TIMEOUT_S = 120.0
 CONNECT_PATIENCE_S = 30.0
 CONNECT_WAIT_S = 1.0  # one attempt's wait in the kernel for a place in the queue
 _TIMEVAL = struct.Struct("ll")
+BUSY_CLOSED = "the staging service is busy (it closed the connection at once); try again later"
 
 
 def call(staging: StagingSettings, op: str, **args: Any) -> dict[str, Any]:
@@ -54,8 +55,13 @@ def _exchange(staging: StagingSettings, body: bytes, give_up: float) -> dict[str
             with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
                 connect_waiting(sock, path, max(0.1, give_up - time.monotonic()))
                 sock.settimeout(TIMEOUT_S)
-                sock.sendall(body)
-                line = channel.read_line(sock)
+                try:
+                    sock.sendall(body)
+                    line = channel.read_line(sock)
+                except (BrokenPipeError, ConnectionResetError):
+                    # a refusal at a cap answers `busy` and closes at once, maybe before
+                    # the request was sent: asked again like any busy answer
+                    return {"busy": True, "error": BUSY_CLOSED}
         elif staging.service:
             line = channel.call(staging.service, body, staging.credential_max_age_s, TIMEOUT_S)
         else:
